@@ -1,0 +1,217 @@
+#include "config/yaml_loader.h"
+
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace cctune {
+namespace {
+
+constexpr char kTagPrefix[] = "tag:yaml.org,2002:";
+
+// Converts a yaml-cpp tree. `fixed` (when set) overrides every location, as for override values.
+class Converter {
+ public:
+  Converter(std::string source, const Location* fixed) : source_(std::move(source)), fixed_(fixed) {}
+
+  ConfigNode Convert(const YAML::Node& y, const Location& loc, const std::string& path) {
+    switch (y.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null:
+        return ConfigNode::Null(loc);
+      case YAML::NodeType::Scalar:
+        return ConvertScalar(y, loc, path);
+      case YAML::NodeType::Sequence: {
+        CheckContainerTag(y, "seq", loc, path);
+        std::vector<ConfigNode> items;
+        for (const YAML::Node& item : y) {
+          const std::string item_path = absl::StrCat(path, "[", items.size(), "]");
+          items.push_back(Convert(item, LocationOf(item.Mark()), item_path));
+        }
+        return ConfigNode::List(std::move(items), loc);
+      }
+      case YAML::NodeType::Map: {
+        CheckContainerTag(y, "map", loc, path);
+        std::vector<ConfigNode::Entry> entries;
+        std::vector<int> key_lines;
+        for (auto it = y.begin(); it != y.end(); ++it) {
+          const Location key_loc = LocationOf(it->first.Mark());
+          if (!it->first.IsScalar()) {
+            Fail(key_loc, path, it->first.IsNull()
+                                    ? "a map key is null (quote it to use the word as a key)"
+                                    : "map keys must be plain strings, not lists or maps");
+            continue;
+          }
+          const std::string key = it->first.Scalar();
+          const std::string key_path = JoinKey(path, key);
+          if (key.empty()) {
+            Fail(key_loc, path, "empty map key");
+            continue;
+          }
+          if (key.find_first_of(".[]") != std::string::npos) {
+            Fail(key_loc, key_path, "keys may not contain '.', '[' or ']' (they separate parts "
+                                    "of dotted keys)");
+            continue;
+          }
+          bool duplicate = false;
+          for (size_t i = 0; i < entries.size(); ++i) {
+            if (entries[i].first == key) {
+              Fail(key_loc, key_path,
+                   absl::StrCat("duplicate key (first defined at line ", key_lines[i], ")"));
+              duplicate = true;
+            }
+          }
+          if (duplicate) continue;
+          // A value's own mark points past an empty value; the key's line is what users expect.
+          entries.emplace_back(key, Convert(it->second, key_loc, key_path));
+          key_lines.push_back(key_loc.line);
+        }
+        return ConfigNode::Map(std::move(entries), loc);
+      }
+    }
+    return ConfigNode::Null(loc);
+  }
+
+  Location LocationOf(const YAML::Mark& mark) const {
+    if (fixed_ != nullptr) return *fixed_;
+    if (mark.is_null()) return Location{source_, 0, 0};
+    return Location{source_, mark.line + 1, mark.column + 1};
+  }
+
+  std::vector<ConfigError>& errors() { return errors_; }
+
+ private:
+  void Fail(const Location& loc, const std::string& key, std::string message) {
+    errors_.push_back(ConfigError{loc, key, std::move(message)});
+  }
+
+  void CheckContainerTag(const YAML::Node& y, const char* expected, const Location& loc,
+                         const std::string& path) {
+    const std::string& tag = y.Tag();
+    if (tag.empty() || tag == "?" || tag == "!" || tag == absl::StrCat(kTagPrefix, expected)) {
+      return;
+    }
+    Fail(loc, path, absl::StrCat("unsupported YAML tag '", tag, "'"));
+  }
+
+  ConfigNode ConvertScalar(const YAML::Node& y, const Location& loc, const std::string& path) {
+    const std::string& tag = y.Tag();
+    const std::string& text = y.Scalar();
+    if (tag == "!" || tag == absl::StrCat(kTagPrefix, "str")) {
+      return ConfigNode::String(text, loc);  // quoted or explicitly a string
+    }
+    if (tag == absl::StrCat(kTagPrefix, "null")) return ConfigNode::Null(loc);
+    auto typed = ResolvePlainScalar(text, loc);
+    if (!typed.ok()) {
+      errors_.push_back(ConfigError{loc, path, std::string(typed.status().message())});
+      return ConfigNode::Null(loc);
+    }
+    if (tag == "?" || tag.empty()) return *std::move(typed);
+    // Explicit !!int / !!float / !!bool: the text must read as that type.
+    const ConfigNode::Kind kind = typed->kind();
+    if (tag == absl::StrCat(kTagPrefix, "int") && kind == ConfigNode::Kind::kInt) return *typed;
+    if (tag == absl::StrCat(kTagPrefix, "bool") && kind == ConfigNode::Kind::kBool) return *typed;
+    if (tag == absl::StrCat(kTagPrefix, "float")) {
+      if (kind == ConfigNode::Kind::kFloat) return *typed;
+      if (kind == ConfigNode::Kind::kInt) {
+        return ConfigNode::Scalar(ConfigNode::Kind::kFloat, text, loc);
+      }
+    }
+    if (tag.rfind(kTagPrefix, 0) == 0) {
+      Fail(loc, path, absl::StrCat("'", text, "' is not a valid !!", tag.substr(strlen(kTagPrefix))));
+    } else {
+      Fail(loc, path, absl::StrCat("unsupported YAML tag '", tag, "'"));
+    }
+    return ConfigNode::Null(loc);
+  }
+
+  std::string source_;
+  const Location* fixed_;
+  std::vector<ConfigError> errors_;
+};
+
+// Runs yaml-cpp on `text`; exceptions become Status naming `source` and the position.
+absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
+                                                       const std::string& source,
+                                                       const Location* fixed) {
+  try {
+    return YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    Location loc = fixed != nullptr ? *fixed : Location{source, 0, 0};
+    if (fixed == nullptr && !e.mark.is_null()) {
+      loc.line = e.mark.line + 1;
+      loc.column = e.mark.column + 1;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(loc.ToStringWithColumn(), ": malformed YAML: ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fixed != nullptr ? fixed->ToString() : source, ": malformed YAML: ",
+                     e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ConfigNode> LoadYamlString(absl::string_view yaml, const std::string& source) {
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<YAML::Node> docs, ParseDocuments(yaml, source, nullptr));
+  if (docs.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": holds ", docs.size(), " YAML documents ('---'); a config is one document"));
+  }
+  Converter converter(source, nullptr);
+  ConfigNode root = ConfigNode::Map({}, Location{source, docs.empty() ? 0 : 1, 0});
+  if (!docs.empty() && !docs[0].IsNull()) {
+    try {
+      if (!docs[0].IsMap()) {
+        const Location loc = converter.LocationOf(docs[0].Mark());
+        return absl::InvalidArgumentError(absl::StrCat(
+            loc.ToString(), ": the top level of a config must be a map of keys, not a ",
+            docs[0].IsSequence() ? "list" : "scalar"));
+      }
+      root = converter.Convert(docs[0], Location{source, 1, 1}, "");
+    } catch (const std::exception& e) {  // yaml-cpp should not throw here; never let it escape
+      return absl::InvalidArgumentError(absl::StrCat(source, ": malformed YAML: ", e.what()));
+    }
+  }
+  CCTUNE_RETURN_IF_ERROR(ErrorsToStatus(converter.errors()));
+  root.RefreshPaths("");
+  return root;
+}
+
+absl::StatusOr<ConfigNode> LoadYamlFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading config file '", path, "'"));
+  return LoadYamlString(text.str(), path);
+}
+
+absl::StatusOr<ConfigNode> ParseYamlValue(absl::string_view text, const Location& loc) {
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<YAML::Node> docs,
+                          ParseDocuments(text, loc.source, &loc));
+  if (docs.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(loc.ToString(), ": a value may not hold several YAML documents"));
+  }
+  if (docs.empty()) return ConfigNode::Null(loc);
+  Converter converter(loc.source, &loc);
+  ConfigNode value;
+  try {
+    value = converter.Convert(docs[0], loc, "");
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(loc.ToString(), ": malformed YAML: ", e.what()));
+  }
+  CCTUNE_RETURN_IF_ERROR(ErrorsToStatus(converter.errors()));
+  return value;
+}
+
+}  // namespace cctune

@@ -1,0 +1,197 @@
+#include "config/yaml_loader.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cctune {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Kind = ConfigNode::Kind;
+
+std::string Msg(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(YamlLoaderTest, EveryNodeKnowsItsLineAndPath) {
+  auto root = LoadYamlString(
+      "# comment\n"
+      "a: 1\n"
+      "model:\n"
+      "  _component_: x\n"
+      "\n"
+      "  inner:\n"
+      "    deep: true\n"
+      "list:\n"
+      "  - 10\n"
+      "  - k: v\n"
+      "empty:\n",
+      "f.yaml");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->Find("a")->location().line, 2);
+  EXPECT_EQ(root->Find("model")->location().line, 3);
+  EXPECT_EQ(root->Find("model._component_")->location().line, 4);
+  EXPECT_EQ(root->Find("model.inner.deep")->location().line, 7);
+  EXPECT_EQ(root->Find("model.inner.deep")->path(), "model.inner.deep");
+  EXPECT_EQ(root->Find("list[0]")->location().line, 9);
+  EXPECT_EQ(root->Find("list[1].k")->location().line, 10);
+  EXPECT_EQ(root->Find("list[1].k")->path(), "list[1].k");
+  // An empty value takes its key's line, not the next line's.
+  EXPECT_EQ(root->Find("empty")->location().line, 11);
+  EXPECT_TRUE(root->Find("empty")->IsNull());
+  EXPECT_EQ(root->Find("a")->location().source, "f.yaml");
+  EXPECT_EQ(root->Find("model.inner.deep")->location().column, 5);  // where the key starts
+  EXPECT_THAT(root->Keys(), ElementsAre("a", "model", "list", "empty"));  // file order
+}
+
+TEST(YamlLoaderTest, QuotedScalarsStayStringsAndPlainOnesAreTyped) {
+  auto root = LoadYamlString(
+      "i: 5\n"
+      "s: \"5\"\n"
+      "s2: '5'\n"
+      "t: !!str 5\n"
+      "n: null\n"
+      "qn: 'null'\n"
+      "b: True\n"
+      "qb: \"true\"\n"
+      "f: 2e-5\n"
+      "ff: !!float 3\n"
+      "tn: !!null ''\n"
+      "flow: [1, \"2\", three, 4.5, null]\n"
+      "fm: {a: 1, b: x}\n");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->Find("i")->kind(), Kind::kInt);
+  EXPECT_EQ(root->Find("s")->kind(), Kind::kString);
+  EXPECT_EQ(root->Find("s2")->kind(), Kind::kString);
+  EXPECT_EQ(root->Find("t")->kind(), Kind::kString);
+  EXPECT_EQ(root->Find("n")->kind(), Kind::kNull);
+  EXPECT_EQ(*root->GetString("qn"), "null");
+  EXPECT_EQ(*root->GetBool("b"), true);
+  EXPECT_EQ(*root->GetString("qb"), "true");
+  EXPECT_DOUBLE_EQ(*root->GetFloat("f"), 2e-5);
+  EXPECT_EQ(root->Find("f")->kind(), Kind::kFloat);
+  EXPECT_EQ(root->Find("ff")->kind(), Kind::kFloat);
+  EXPECT_EQ(root->Find("tn")->kind(), Kind::kNull);
+  const ConfigNode* flow = root->Find("flow");
+  ASSERT_EQ(flow->size(), 5u);
+  EXPECT_EQ(flow->items()[0].kind(), Kind::kInt);
+  EXPECT_EQ(flow->items()[1].kind(), Kind::kString);
+  EXPECT_EQ(flow->items()[2].kind(), Kind::kString);
+  EXPECT_EQ(flow->items()[3].kind(), Kind::kFloat);
+  EXPECT_EQ(flow->items()[4].kind(), Kind::kNull);
+  EXPECT_EQ(*root->GetString("fm.b"), "x");
+}
+
+TEST(YamlLoaderTest, AnchorsAndAliasesCopyValues) {
+  auto root = LoadYamlString("base: &b {x: 1}\nother: *b\n");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(*root->GetInt("other.x"), 1);
+}
+
+TEST(YamlLoaderTest, MalformedYamlNamesFileLineAndColumn) {
+  auto bad = LoadYamlString("a: 1\nb: [1, 2\nc: 3\n", "configs/bad.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  // yaml-cpp notices the unclosed list where the next key starts.
+  EXPECT_THAT(Msg(bad.status()), StartsWith("configs/bad.yaml:3:2: malformed YAML: "));
+  auto indent = LoadYamlString("a: 1\n  b: 2\n", "configs/indent.yaml");
+  ASSERT_FALSE(indent.ok());
+  EXPECT_THAT(Msg(indent.status()), StartsWith("configs/indent.yaml:2:"));
+  auto flow = LoadYamlString("a: {b: 1}}\n", "x.yaml");
+  ASSERT_FALSE(flow.ok());
+  EXPECT_THAT(Msg(flow.status()), StartsWith("x.yaml:1:"));
+}
+
+TEST(YamlLoaderTest, StructuralErrorsAreReportedTogether) {
+  auto dup = LoadYamlString("a: 1\nb: 2\na: 3\nc:\n  x: 1\n  x: 2\n", "d.yaml");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(Msg(dup.status()), HasSubstr("d.yaml:3: key 'a': duplicate key (first defined at "
+                                           "line 1)"));
+  EXPECT_THAT(Msg(dup.status()), HasSubstr("d.yaml:6: key 'c.x': duplicate key"));
+  auto dotted = LoadYamlString("model.num_layers: 2\n", "k.yaml");
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_THAT(Msg(dotted.status()), HasSubstr("k.yaml:1: key 'model.num_layers': keys may not "
+                                              "contain '.'"));
+  auto complex_key = LoadYamlString("? [a]\n: 1\n", "c.yaml");
+  ASSERT_FALSE(complex_key.ok());
+  EXPECT_THAT(Msg(complex_key.status()), HasSubstr("map keys must be plain strings"));
+  auto tag = LoadYamlString("a: !custom 3\n", "t.yaml");
+  ASSERT_FALSE(tag.ok());
+  EXPECT_THAT(Msg(tag.status()), HasSubstr("t.yaml:1: key 'a': unsupported YAML tag '!custom'"));
+  auto bad_int = LoadYamlString("a: !!int abc\n", "t.yaml");
+  ASSERT_FALSE(bad_int.ok());
+  EXPECT_THAT(Msg(bad_int.status()), HasSubstr("'abc' is not a valid !!int"));
+  auto overflow = LoadYamlString("x: 1\nbig: 99999999999999999999\n", "o.yaml");
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_THAT(Msg(overflow.status()), HasSubstr("o.yaml:2: key 'big'"));
+}
+
+TEST(YamlLoaderTest, TopLevelMustBeOneMap) {
+  auto empty = LoadYamlString("", "e.yaml");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->IsMap());
+  EXPECT_EQ(empty->size(), 0u);
+  auto comments = LoadYamlString("# only a comment\n", "e.yaml");
+  ASSERT_TRUE(comments.ok());
+  EXPECT_TRUE(comments->IsMap());
+  auto list = LoadYamlString("- a\n- b\n", "l.yaml");
+  ASSERT_FALSE(list.ok());
+  EXPECT_THAT(Msg(list.status()), HasSubstr("l.yaml:1: the top level of a config must be a map"));
+  auto scalar = LoadYamlString("hello\n", "s.yaml");
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_THAT(Msg(scalar.status()), HasSubstr("not a scalar"));
+  auto docs = LoadYamlString("a: 1\n---\nb: 2\n", "m.yaml");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_THAT(Msg(docs.status()), HasSubstr("m.yaml: holds 2 YAML documents"));
+}
+
+TEST(YamlLoaderTest, LoadsTestdataFiles) {
+  auto root = LoadYamlFile("config/testdata/generation.yaml");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->Find("model")->ComponentName(), "torchtune.models.llama2c.stories");
+  EXPECT_EQ(root->Find("model.num_layers")->location().line, 7);
+  EXPECT_EQ(root->Find("model.num_layers")->location().source, "config/testdata/generation.yaml");
+  EXPECT_THAT(*root->GetList<std::string>("checkpointer.checkpoint_files"),
+              ElementsAre("stories260K.bin"));
+  EXPECT_EQ(*root->GetString("checkpointer.output_dir"), "${output_dir}");  // not resolved here
+  EXPECT_TRUE(*root->GetBool("enable_kv_cache"));
+  EXPECT_DOUBLE_EQ(*root->GetFloat("temperature"), 0.0);
+  EXPECT_TRUE(root->Find("quantizer")->IsNull());
+
+  auto bad = LoadYamlFile("config/testdata/malformed.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Msg(bad.status()), StartsWith("config/testdata/malformed.yaml:7:"));
+}
+
+TEST(YamlLoaderTest, MissingFileIsNotFound) {
+  auto missing = LoadYamlFile("config/testdata/no_such_file.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  EXPECT_THAT(Msg(missing.status()), HasSubstr("config/testdata/no_such_file.yaml"));
+}
+
+TEST(YamlLoaderTest, ParseYamlValueUsesTheGivenLocation) {
+  const Location loc{"command-line override 'x=[1, a]'", 0, 0};
+  auto list = ParseYamlValue("[1, a, '3']", loc);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ(list->items()[0].kind(), Kind::kInt);
+  EXPECT_EQ(list->items()[2].kind(), Kind::kString);
+  EXPECT_EQ(list->items()[1].location().source, loc.source);
+  auto bad = ParseYamlValue("[1, 2", loc);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Msg(bad.status()), StartsWith("command-line override 'x=[1, a]': malformed YAML"));
+}
+
+TEST(YamlLoaderTest, DeepNestingIsAnErrorNotACrash) {
+  std::string deep(20000, '[');
+  auto r = LoadYamlString("a: " + deep + "\n", "deep.yaml");
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace cctune
