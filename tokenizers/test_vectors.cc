@@ -1,0 +1,96 @@
+#include "tokenizers/test_vectors.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "nlohmann/json.hpp"
+#include "tests/util/shared_dir.h"
+
+namespace cctune {
+namespace testing {
+
+absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_name) {
+  const std::string rel = "tests/assets/tokenizers/" + file_name;
+  std::vector<std::string> candidates;
+  if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
+    candidates.push_back(absl::StrCat(srcdir, "/cctune/", rel));
+  }
+  if (absl::StatusOr<std::string> root = WorkspaceRoot(); root.ok()) {
+    candidates.push_back(absl::StrCat(*root, "/", rel));
+  }
+  absl::StatusOr<std::string> text = absl::NotFoundError(absl::StrCat("fixture ", rel));
+  for (const std::string& c : candidates) {
+    text = ReadTestFile(c);
+    if (text.ok()) break;
+  }
+  if (!text.ok()) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("cases")) {
+    return absl::DataLossError(absl::StrCat(rel, " is not a tokenizer fixture"));
+  }
+  TokenizerFixture fixture;
+  for (const auto& c : j["cases"]) {
+    EncodeCase e;
+    e.text = c["text"].get<std::string>();
+    e.ids = c["ids"].get<std::vector<int32_t>>();
+    e.parse_special = c.value("parse_special", false);
+    e.normalized = c.value("normalized", false);
+    fixture.cases.push_back(std::move(e));
+  }
+  if (j.contains("decode_cases")) {
+    for (const auto& c : j["decode_cases"]) {
+      fixture.decode_cases.push_back(
+          {c["ids"].get<std::vector<int32_t>>(), c["text"].get<std::string>()});
+    }
+  }
+  return fixture;
+}
+
+absl::StatusOr<std::vector<EncodeCase>> LoadSharedVocabVectors(const std::string& dir) {
+  CCTUNE_ASSIGN_OR_RETURN(const std::string inp_path, SharedFile(dir + "/vectors.inp"));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string out_path, SharedFile(dir + "/vectors.out"));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string inp, ReadTestFile(inp_path));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string out, ReadTestFile(out_path));
+  const std::vector<std::string> inputs = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
+  std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
+  if (inputs.size() < lines.size()) {
+    return absl::DataLossError(absl::StrCat(inp_path, " has ", inputs.size(), " inputs but ",
+                                            out_path, " has ", lines.size(), " lines"));
+  }
+  for (size_t i = lines.size(); i < inputs.size(); ++i) {
+    if (!inputs[i].empty()) {
+      return absl::DataLossError(absl::StrCat(inp_path, ": input ", i, " has no expected ids"));
+    }
+  }
+  std::vector<EncodeCase> cases;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EncodeCase c;
+    c.text = inputs[i];
+    for (absl::string_view field : absl::StrSplit(lines[i], ' ', absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(field, &id)) {
+        return absl::DataLossError(absl::StrCat(out_path, ":", i + 1, ": bad id '", field, "'"));
+      }
+      c.ids.push_back(id);
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+}  // namespace testing
+}  // namespace cctune
