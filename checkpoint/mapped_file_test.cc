@@ -1,0 +1,53 @@
+#include "checkpoint/mapped_file.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/random.h"
+#include "gtest/gtest.h"
+
+namespace cctune {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(tmp ? tmp : "/tmp", "/mapped_file_test_", name);
+}
+
+TEST(MappedFileTest, MapsContentsPrivately) {
+  Generator gen(4);
+  std::string bytes(10007, '\0');
+  for (char& c : bytes) c = static_cast<char>(gen.NextUint32());
+  const std::string path = TempPath("data");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+  auto m = MapFile(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ((*m)->bytes(), bytes.size());
+  EXPECT_EQ(std::memcmp((*m)->data(), bytes.data(), bytes.size()), 0);
+  EXPECT_TRUE((*m)->device().is_cpu());
+  EXPECT_FALSE((*m)->owned());
+  // Copy-on-write: the file keeps its bytes.
+  static_cast<char*>((*m)->data())[0] = static_cast<char>(~bytes[0]);
+  auto again = MapFile(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(static_cast<const char*>((*again)->data())[0], bytes[0]);
+}
+
+TEST(MappedFileTest, EmptyAndMissing) {
+  const std::string path = TempPath("empty");
+  std::ofstream(path, std::ios::binary).close();
+  auto m = MapFile(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->bytes(), 0u);
+  auto missing = MapFile(TempPath("missing"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(std::string(missing.status().message()).find("mapped_file_test_missing"),
+            std::string::npos);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  EXPECT_EQ(MapFile(tmp ? tmp : "/tmp").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cctune
