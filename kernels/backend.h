@@ -5,6 +5,7 @@
 #define CCTUNE_KERNELS_BACKEND_H_
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/device.h"
 #include "core/random.h"
 #include "core/tensor.h"
@@ -13,6 +14,9 @@
 namespace cctune {
 
 // Methods receive already-validated arguments (see ops.h for shapes and dtypes).
+// The forward ops are pure virtual. The training ops (AttentionWithLse, cross-entropy and the
+// backward ops) have defaults that return Unimplemented, so a backend can grow them one by one
+// and every backend keeps building when one is added here.
 class OpBackend {
  public:
   virtual ~OpBackend() = default;
@@ -38,6 +42,67 @@ class OpBackend {
   virtual absl::Status TopK(Tensor& values, Tensor& indices, const Tensor& x, int64_t k) = 0;
   virtual absl::Status Sample(Tensor& out, const Tensor& logits,
                               const ops::SamplingParams& params, Generator& gen) = 0;
+
+  // ---- Training ----
+  virtual absl::Status AttentionWithLse(Tensor& out, Tensor& lse, const Tensor& q,
+                                        const Tensor& k, const Tensor& v,
+                                        const ops::AttentionOptions& options) {
+    return NotImplemented("AttentionWithLse");
+  }
+  virtual absl::Status CrossEntropyForward(Tensor& loss_sum, Tensor& num_valid, Tensor* row_loss,
+                                           const Tensor& logits, const Tensor& targets,
+                                           int64_t ignore_index) {
+    return NotImplemented("CrossEntropyForward");
+  }
+  virtual absl::Status CrossEntropyBackward(Tensor& dlogits, const Tensor& logits,
+                                            const Tensor& targets, float scale,
+                                            int64_t ignore_index) {
+    return NotImplemented("CrossEntropyBackward");
+  }
+  virtual absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor& dy,
+                                      const Tensor& x, const Tensor& w) {
+    return NotImplemented("LinearBackward");
+  }
+  virtual absl::Status EmbeddingBackward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
+    return NotImplemented("EmbeddingBackward");
+  }
+  virtual absl::Status RmsNormBackward(Tensor& dx, Tensor* dweight, const Tensor& dy,
+                                       const Tensor& x, const Tensor& weight, float eps) {
+    return NotImplemented("RmsNormBackward");
+  }
+  virtual absl::Status RopeBackward(Tensor& dx, const Tensor& dy, const Tensor& cos,
+                                    const Tensor& sin, const Tensor& positions,
+                                    ops::RopePairing pairing) {
+    return NotImplemented("RopeBackward");
+  }
+  virtual absl::Status SiluMulBackward(Tensor& dgate, Tensor& dup, const Tensor& dy,
+                                       const Tensor& gate, const Tensor& up) {
+    return NotImplemented("SiluMulBackward");
+  }
+  virtual absl::Status SoftmaxBackward(Tensor& dx, const Tensor& dy, const Tensor& y) {
+    return NotImplemented("SoftmaxBackward");
+  }
+  virtual absl::Status AddBackward(Tensor* da, Tensor* db, const Tensor& dy) {
+    return NotImplemented("AddBackward");
+  }
+  virtual absl::Status MulBackward(Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                                   const Tensor& b) {
+    return NotImplemented("MulBackward");
+  }
+  virtual absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dy,
+                                         const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor* out, const Tensor* lse,
+                                         const ops::AttentionOptions& options) {
+    return NotImplemented("AttentionBackward");
+  }
+
+ protected:
+  // "<op> is not implemented for <device type>".
+  absl::Status NotImplemented(const char* op) const {
+    const DeviceType t = type();
+    const char* device = t == DeviceType::kCPU ? "cpu" : t == DeviceType::kCUDA ? "cuda" : "meta";
+    return absl::UnimplementedError(absl::StrCat(op, " is not implemented for ", device));
+  }
 };
 
 void RegisterOpBackend(OpBackend* backend);

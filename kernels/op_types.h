@@ -30,6 +30,9 @@ struct AttentionOptions {
   float scale = 0.f;
 };
 
+// The target value that CrossEntropy skips (PyTorch's and torchtune's default ignore_index).
+constexpr int64_t kIgnoreIndex = -100;
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy (argmax)
   int64_t top_k = 0;         // 0: no top-k filter

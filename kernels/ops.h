@@ -7,8 +7,8 @@
 // kernels/cuda) then run on validated inputs. All tensors of one call must be on one device.
 // Floating math accumulates in f32 whatever the storage dtype (f32, bf16, f16).
 //
-// Backward ops arrive with training; they follow the same pattern (`FooBackward(dx, ..., dy)`,
-// gradients accumulate into caller-provided tensors).
+// Backward ops (training) follow the same pattern, `FooBackward(dx, ..., dy, saved inputs)`;
+// see "Backward" below for their gradient conventions.
 #ifndef CCTUNE_KERNELS_OPS_H_
 #define CCTUNE_KERNELS_OPS_H_
 
@@ -73,6 +73,13 @@ absl::Status Softmax(Tensor& out, const Tensor& x);
 absl::Status Attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionOptions& options = {});
 
+// Attention that also saves, for AttentionBackward, the log-sum-exp of each query row's
+// scaled scores: lse[b, h, i] = log(sum_j exp(scale · q_i·k_j)) over the allowed keys j
+// (natural log; -inf for a row whose mask allows nothing). lse: f32 [b, n_h, s_q]; the rest
+// as in Attention.
+absl::Status AttentionWithLse(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const AttentionOptions& options = {});
+
 // ---- Elementwise ----
 
 // out = a + b, out = a * b: b broadcasts to a's shape (trailing-aligned); out has a's shape.
@@ -97,6 +104,98 @@ absl::Status TopK(Tensor& values, Tensor& indices, const Tensor& x, int64_t k);
 // Consumes exactly one Uniform() per row (none when greedy), whatever the device.
 absl::Status Sample(Tensor& out, const Tensor& logits, const SamplingParams& params,
                     Generator& gen);
+
+// ---- Cross-entropy (fused logits -> loss; chunked over rows) ----
+
+// The summed loss over rows whose target is not ignore_index:
+//   loss_sum = sum_i (logsumexp(logits[i, :]) - logits[i, targets[i]]),  num_valid = #rows,
+// so the mean loss is loss_sum / num_valid. Each row is reduced on its own in f32 (nothing of
+// size [n, v] is allocated) and the rows are summed in order in fp64, so the result does not
+// depend on the thread count. logits: any float dtype [n, v]; targets: i32/i64 [n], each in
+// [0, v) or equal to ignore_index. Writes loss_sum (f32, 0-d), num_valid (i64, 0-d) and, when
+// given, row_loss (f32 [n]: each row's loss, 0 for ignored rows).
+absl::Status CrossEntropyForward(Tensor& loss_sum, Tensor& num_valid, Tensor* row_loss,
+                                 const Tensor& logits, const Tensor& targets,
+                                 int64_t ignore_index = kIgnoreIndex);
+
+// Writes dlogits[i, :] = (softmax(logits[i, :]) - onehot(targets[i])) · scale, and zeros for
+// ignored rows; scale is 1 / num_valid for a mean loss (times the loss's own gradient). The
+// softmax is recomputed row by row straight into dlogits. dlogits: f32 [n, v]; it may be
+// logits itself (f32 logits, same view) so one [n, v] buffer serves both, as in llm.c.
+absl::Status CrossEntropyBackward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                  float scale, int64_t ignore_index = kIgnoreIndex);
+
+// ---- Backward (training) ----
+//
+// Gradients (every d* tensor, inputs and outputs) are f32. The saved forward inputs (x, w,
+// weight, gate, up, q, k, v, out, y) may be f32, bf16 or f16 as in the forward ops, and any
+// tensor may be a strided view. A gradient output that is a null pointer is not computed
+// (e.g. the weight of a frozen layer).
+//
+// Unless an op says it WRITES, every gradient output ACCUMULATES (+=), as in llm.c: parameter
+// gradients live in a zeroed gradient arena (weights shared between layers, such as a tied
+// embedding and output projection, collect both contributions), and one zeroed input gradient
+// collects several contributions (the residual stream; the q/k/v projections that read one
+// normalised input). Zero a gradient before its first contribution. Gradient outputs must not
+// overlap the op's other tensors unless the op allows it ("may be dy itself"). On the CPU the
+// reductions these ops do themselves (bias, norm-weight and embedding gradients, attention,
+// cross-entropy) run in an order fixed by the shapes alone, so they give the same bits for any
+// thread count; LinearBackward's GEMMs follow the GEMM library's blocking.
+
+// Linear, out = x · wᵀ (+ bias), with x [..., k], w [n, k], dy [..., n]:
+//   dx [..., k] += dy · w;  dw [n, k] += dyᵀ · x (over all rows);  dbias [n] += sum_rows dy.
+// Each of dx, dw, dbias is optional. w may be bf16/f16 (converted to f32 tiles for dx).
+absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor& dy,
+                            const Tensor& x, const Tensor& w);
+
+// Embedding: dtable[ids[i], :] += dy[i, :] for every index i of ids. Repeated ids are summed
+// in index order (grouped by id first, so no two threads write one row). dtable: f32 [v, d];
+// dy: f32 [..., d] with ids [...]; ids i32/i64, each in [0, v).
+absl::Status EmbeddingBackward(Tensor& dtable, const Tensor& dy, const Tensor& ids);
+
+// RmsNorm, out = x̂ · weight with x̂ = x · rstd, rstd = 1/sqrt(mean(x²) + eps):
+//   dx [..., d] += rstd · (dy∘w - x · rstd² · mean(dy∘w∘x));  dweight [d] += sum_rows dy∘x̂.
+// dweight (optional) uses x̂ rounded to x's dtype as the forward does; dx treats that rounding
+// as the identity.
+absl::Status RmsNormBackward(Tensor& dx, Tensor* dweight, const Tensor& dy, const Tensor& x,
+                             const Tensor& weight, float eps);
+
+// Rope: WRITES dx = dy rotated by -θ (the transpose of Rope's rotation) at the same positions
+// with the same pairing. dx, dy: f32 [b, s, n, h_d]; dx may be dy itself (in place); cos, sin
+// and positions as in Rope.
+absl::Status RopeBackward(Tensor& dx, const Tensor& dy, const Tensor& cos, const Tensor& sin,
+                          const Tensor& positions, RopePairing pairing);
+
+// SiluMul, out = silu(gate) · up, all [..., f]:
+//   dgate += dy · up · σ(gate) · (1 + gate · (1 - σ(gate)));  dup += dy · silu(gate).
+// dgate and dup may be views of one [..., 2f] buffer (a fused gate/up projection).
+absl::Status SiluMulBackward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate,
+                             const Tensor& up);
+
+// Softmax over the last dim, given its output y: WRITES dx = y · (dy - sum(dy · y)).
+// dx, dy: f32, y's shape; dx may be dy itself.
+absl::Status SoftmaxBackward(Tensor& dx, const Tensor& dy, const Tensor& y);
+
+// Add, out = a + b with b broadcast to a's shape (= dy's shape):
+//   da += dy;  db += dy summed over the dims b was broadcast along (db has b's shape).
+absl::Status AddBackward(Tensor* da, Tensor* db, const Tensor& dy);
+
+// Mul, out = a · b with b broadcast to a's shape: da += dy · b;  db += sum_broadcast(dy · a).
+absl::Status MulBackward(Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                         const Tensor& b);
+
+// Attention (same q, k, v and options as the forward call), with dy [b, n_h, s_q, h_d]:
+//   dq [b, n_h, s_q, h_d] += ∂/∂q;  dk, dv [b, n_kv, s_kv, h_d] += ∂/∂k, ∂/∂v, each summed
+// over the n_h / n_kv query heads that share the kv head. The softmax is recomputed from q and
+// k. Two optional saved tensors each save a pass: lse (from AttentionWithLse) gives the
+// softmax statistics, and out (the forward's output) gives the rows' dy·out; an out stored in
+// bf16/f16 carries its rounding into the gradients. Without them the op first recomputes
+// what is missing. A query row whose mask allows
+// nothing (zeros in the forward) contributes nothing.
+absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dy,
+                               const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor* out, const Tensor* lse,
+                               const AttentionOptions& options = {});
 
 }  // namespace ops
 }  // namespace cctune

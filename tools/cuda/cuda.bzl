@@ -27,7 +27,8 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
       name: target name.
       srcs: .cu files (nvcc) and .cc files (the host C++ compiler).
       hdrs: headers used by both.
-      deps: cc_library deps; their headers are visible to nvcc.
+      deps: cc_library deps of the library (the .cc files see their headers; nvcc sees only
+        this package's .h/.cuh files, so .cu files include nothing else from the tree).
       copts: extra host compiler options for the .cc files.
       **kwargs: passed to the cc_library.
     """
@@ -41,7 +42,13 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
         obj = "_objs_cu/%s/%s.o" % (name, src[:-3])
         native.genrule(
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
-            srcs = [src] + hdrs + native.glob(["**/*.h", "**/*.cuh"]),
+            # The package's headers (hdrs plus every .h/.cuh), each listed once: a label
+            # repeated in srcs is an error.
+            srcs = [src] + hdrs + [
+                h
+                for h in native.glob(["**/*.h", "**/*.cuh"])
+                if h not in hdrs
+            ],
             outs = [obj],
             cmd = " ".join([NVCC] + NVCC_FLAGS + [
                 "-I.",

@@ -1,0 +1,355 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/cpu_util.h"
+
+namespace cctune {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlockKeys = 64;      // keys per online-softmax step
+constexpr int64_t kTileRows = 32;       // target query rows (heads x positions) per unit
+constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their own
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Args {
+  int64_t b, n_h, n_kv, g, s_q, s_kv, hd;
+  float scale;
+  bool causal;
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  DType qt, kt, vt, ot;
+  int64_t qs[4], ks[4], vs[4], os[4];
+  const uint8_t* mask;  // null: no mask
+  int64_t ms[3];
+  float* lse;  // null: not wanted
+  int64_t ls[3];
+};
+
+// Per-thread buffers for one unit: rows = heads x positions of the tile.
+struct Scratch {
+  FloatBuffer q, kbuf, vbuf, s, acc;
+  std::vector<float> m, l;
+  std::vector<char> active;  // row had an allowed key in the current block
+  std::vector<const float*> kp, vp;
+  void Reserve(int64_t rows, int64_t hd) {
+    q.Resize(rows * hd);
+    kbuf.Resize(kBlockKeys * hd);
+    vbuf.Resize(kBlockKeys * hd);
+    s.Resize(rows * kBlockKeys);
+    acc.Resize(rows * hd);
+    m.resize(rows);
+    l.resize(rows);
+    active.resize(rows);
+    kp.resize(kBlockKeys);
+    vp.resize(kBlockKeys);
+  }
+};
+
+// Pointers to `n` f32 rows of a [s_kv, hd] head slice starting at key j0: in place when f32
+// with unit stride, else converted into buf.
+void BlockRows(const void* base, DType t, int64_t row_stride, int64_t col_stride, int64_t j0,
+               int64_t n, int64_t hd, float* buf, const float** rows) {
+  if (t == DType::kF32 && (col_stride == 1 || hd == 1)) {
+    for (int64_t j = 0; j < n; ++j) {
+      rows[j] = static_cast<const float*>(base) + (j0 + j) * row_stride;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    LoadF32(ElemAddr(base, t, (j0 + j) * row_stride), t, col_stride, hd, buf + j * hd);
+    rows[j] = buf + j * hd;
+  }
+}
+
+inline void Dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3,
+                 int64_t hd, float* out) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t d = 0; d < hd; ++d) {
+    s0 += q[d] * k0[d];
+    s1 += q[d] * k1[d];
+    s2 += q[d] * k2[d];
+    s3 += q[d] * k3[d];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+inline float Dot(const float* q, const float* k, int64_t hd) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t d = 0; d < hd; ++d) s += q[d] * k[d];
+  return s;
+}
+
+// Runs the online softmax of one unit over keys [j0, j1): query positions [i0, i1) of all g
+// heads of kv head `kvh` in batch `bi`. Leaves the running max, sum and unnormalised
+// accumulator of row r = hg * (i1 - i0) + (i - i0) in sc.m, sc.l, sc.acc.
+void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+             Scratch& sc) {
+  const int64_t hd = a.hd, t = i1 - i0, rows = a.g * t;
+  float* qf = sc.q.data();
+  float* acc = sc.acc.data();
+  float* s = sc.s.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = kvh * a.g + r / t, i = i0 + r % t;
+    const int64_t off = bi * a.qs[0] + h * a.qs[1] + i * a.qs[2];
+    float* qr = qf + r * hd;
+    LoadF32(ElemAddr(a.q, a.qt, off), a.qt, a.qs[3], hd, qr);
+    for (int64_t d = 0; d < hd; ++d) qr[d] *= a.scale;
+    sc.m[r] = kNegInf;
+    sc.l[r] = 0.f;
+  }
+  std::fill(acc, acc + rows * hd, 0.f);
+  // Keys past the last row's causal position are masked for every row of the tile.
+  const int64_t shift = a.s_kv - a.s_q;  // absolute position of query i is shift + i
+  int64_t j_end = j1;
+  if (a.causal) j_end = std::min(j_end, shift + i1);
+  if (j_end <= j0) return;
+  const void* kbase = ElemAddr(a.k, a.kt, bi * a.ks[0] + kvh * a.ks[1]);
+  const void* vbase = ElemAddr(a.v, a.vt, bi * a.vs[0] + kvh * a.vs[1]);
+  for (int64_t jb = j0; jb < j_end; jb += kBlockKeys) {
+    const int64_t nk = std::min(kBlockKeys, j_end - jb);
+    const float** kp = sc.kp.data();
+    BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
+    // Scores S[r, j] = (scale q_r) . k_j.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qr = qf + r * hd;
+      float* sr = s + r * kBlockKeys;
+      int64_t j = 0;
+      for (; j + 4 <= nk; j += 4) Dot4(qr, kp[j], kp[j + 1], kp[j + 2], kp[j + 3], hd, sr + j);
+      for (; j < nk; ++j) sr[j] = Dot(qr, kp[j], hd);
+    }
+    // Masks, then the online-softmax update; P overwrites S.
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r % t;
+      float* sr = s + r * kBlockKeys;
+      if (a.causal) {
+        const int64_t first_masked = shift + i + 1 - jb;  // keys jb + j with j >= this
+        for (int64_t j = std::max<int64_t>(first_masked, 0); j < nk; ++j) sr[j] = kNegInf;
+      }
+      if (a.mask != nullptr) {
+        const uint8_t* mr = a.mask + bi * a.ms[0] + i * a.ms[1] + jb * a.ms[2];
+        for (int64_t j = 0; j < nk; ++j) {
+          if (!mr[j * a.ms[2]]) sr[j] = kNegInf;
+        }
+      }
+      float bm = kNegInf;
+      for (int64_t j = 0; j < nk; ++j) bm = std::fmax(bm, sr[j]);
+      sc.active[r] = bm != kNegInf;
+      if (!sc.active[r]) continue;  // nothing allowed for this row in this block
+      any = true;
+      const float m_new = std::max(sc.m[r], bm);
+      const float corr = FastExp(sc.m[r] - m_new);
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < nk; ++j) {
+        sr[j] = FastExp(sr[j] - m_new);
+        sum += sr[j];
+      }
+      sc.l[r] = sc.l[r] * corr + sum;
+      sc.m[r] = m_new;
+      if (corr != 1.f) {
+        float* ar = acc + r * hd;
+        for (int64_t d = 0; d < hd; ++d) ar[d] *= corr;
+      }
+    }
+    if (!any) continue;
+    const float** vp = sc.vp.data();
+    BlockRows(vbase, a.vt, a.vs[2], a.vs[3], jb, nk, hd, sc.vbuf.data(), vp);
+    // acc_r += sum_j P[r, j] v_j, four keys per pass over acc_r.
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* pr = s + r * kBlockKeys;
+      if (!sc.active[r]) continue;
+      float* ar = acc + r * hd;
+      int64_t j = 0;
+      for (; j + 4 <= nk; j += 4) {
+        const float p0 = pr[j], p1 = pr[j + 1], p2 = pr[j + 2], p3 = pr[j + 3];
+        const float *v0 = vp[j], *v1 = vp[j + 1], *v2 = vp[j + 2], *v3 = vp[j + 3];
+#pragma omp simd
+        for (int64_t d = 0; d < hd; ++d) {
+          ar[d] += p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d];
+        }
+      }
+      for (; j < nk; ++j) {
+        const float pj = pr[j];
+        const float* vj = vp[j];
+#pragma omp simd
+        for (int64_t d = 0; d < hd; ++d) ar[d] += pj * vj[d];
+      }
+    }
+  }
+}
+
+// Writes out rows of a unit from (m, l, acc): acc / l, or zeros where nothing was allowed; and
+// lse = m + log(l) (-inf where nothing was allowed) when wanted.
+void WriteUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, const float* m,
+               const float* l, float* acc) {
+  const int64_t hd = a.hd, t = i1 - i0, rows = a.g * t;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = kvh * a.g + r / t, i = i0 + r % t;
+    float* ar = acc + r * hd;
+    if (l[r] == 0.f) {  // the mask allowed no key: zeros
+      std::fill(ar, ar + hd, 0.f);
+    } else {
+      const float inv = 1.f / l[r];
+      for (int64_t d = 0; d < hd; ++d) ar[d] *= inv;
+    }
+    const int64_t off = bi * a.os[0] + h * a.os[1] + i * a.os[2];
+    StoreF32(ar, ElemAddr(a.out, a.ot, off), a.ot, a.os[3], hd);
+    if (a.lse != nullptr) {
+      a.lse[bi * a.ls[0] + h * a.ls[1] + i * a.ls[2]] = l[r] == 0.f ? kNegInf : m[r] + std::log(l[r]);
+    }
+  }
+}
+
+
+absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const ops::AttentionOptions& options) {
+  Args a;
+  a.b = q.size(0);
+  a.n_h = q.size(1);
+  a.s_q = q.size(2);
+  a.hd = q.size(3);
+  a.n_kv = k.size(1);
+  a.s_kv = k.size(2);
+  if (a.b == 0 || a.n_h == 0 || a.s_q == 0 || a.hd == 0) return absl::OkStatus();
+  a.g = a.n_h / a.n_kv;
+  a.scale = options.scale != 0.f ? options.scale : 1.0f / std::sqrt(static_cast<float>(a.hd));
+  a.causal = options.causal;
+  a.q = q.raw_data();
+  a.k = k.raw_data();
+  a.v = v.raw_data();
+  a.out = out.raw_data();
+  a.qt = q.dtype();
+  a.kt = k.dtype();
+  a.vt = v.dtype();
+  a.ot = out.dtype();
+  for (int d = 0; d < 4; ++d) {
+    a.qs[d] = q.stride(d);
+    a.ks[d] = k.stride(d);
+    a.vs[d] = v.stride(d);
+    a.os[d] = out.stride(d);
+  }
+  a.mask = nullptr;
+  if (options.mask != nullptr) {
+    a.mask = static_cast<const uint8_t*>(options.mask->raw_data());
+    for (int d = 0; d < 3; ++d) a.ms[d] = options.mask->stride(d);
+  }
+  a.lse = nullptr;
+  if (lse != nullptr) {
+    a.lse = lse->data<float>();
+    for (int d = 0; d < 3; ++d) a.ls[d] = lse->stride(d);
+  }
+
+  // Units: (batch, kv head, tile of positions) with all g heads of the group.
+  const int64_t tile = std::clamp<int64_t>(kTileRows / a.g, 1, a.s_q);
+  const int64_t tiles = (a.s_q + tile - 1) / tile;
+  const int64_t units = a.b * a.n_kv * tiles;
+  const int64_t threads = MaxThreads();
+  int64_t splits = 1;
+  if (units < threads && a.s_kv >= 2 * kMinSplitKeys) {
+    splits = std::min((threads + units - 1) / units, a.s_kv / kMinSplitKeys);
+  }
+  int64_t split_len = a.s_kv;
+  if (splits > 1) {  // whole key blocks per split
+    split_len = (a.s_kv + splits - 1) / splits;
+    split_len = (split_len + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
+    splits = (a.s_kv + split_len - 1) / split_len;
+  }
+  const int64_t max_rows = a.g * tile;
+  const int64_t hd = a.hd;
+
+  if (splits == 1) {
+#pragma omp parallel if (units > 1)
+    {
+      Scratch sc;
+      sc.Reserve(max_rows, hd);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t tt = u % tiles, kvh = (u / tiles) % a.n_kv, bi = u / (tiles * a.n_kv);
+        const int64_t i0 = tt * tile, i1 = std::min(a.s_q, i0 + tile);
+        RunUnit(a, bi, kvh, i0, i1, 0, a.s_kv, sc);
+        WriteUnit(a, bi, kvh, i0, i1, sc.m.data(), sc.l.data(), sc.acc.data());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Split keys: each (unit, split) leaves (m, l, acc) partials; then they are merged.
+  const int64_t part = max_rows * (hd + 2);
+  FloatBuffer partials(units * splits * part);
+  float* pbase = partials.data();
+#pragma omp parallel
+  {
+    Scratch sc;
+    sc.Reserve(max_rows, hd);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < units * splits; ++w) {
+      const int64_t u = w / splits, sp = w % splits;
+      const int64_t tt = u % tiles, kvh = (u / tiles) % a.n_kv, bi = u / (tiles * a.n_kv);
+      const int64_t i0 = tt * tile, i1 = std::min(a.s_q, i0 + tile);
+      const int64_t rows = a.g * (i1 - i0);
+      const int64_t j0 = sp * split_len, j1 = std::min(a.s_kv, j0 + split_len);
+      RunUnit(a, bi, kvh, i0, i1, j0, j1, sc);
+      float* p = pbase + w * part;
+      std::copy(sc.m.begin(), sc.m.begin() + rows, p);
+      std::copy(sc.l.begin(), sc.l.begin() + rows, p + max_rows);
+      std::copy(sc.acc.data(), sc.acc.data() + rows * hd, p + 2 * max_rows);
+    }
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t tt = u % tiles, kvh = (u / tiles) % a.n_kv, bi = u / (tiles * a.n_kv);
+      const int64_t i0 = tt * tile, i1 = std::min(a.s_q, i0 + tile);
+      const int64_t rows = a.g * (i1 - i0);
+      float* acc = sc.acc.data();
+      float* l = sc.l.data();
+      for (int64_t r = 0; r < rows; ++r) {
+        float mx = kNegInf;
+        for (int64_t sp = 0; sp < splits; ++sp) {
+          mx = std::fmax(mx, pbase[(u * splits + sp) * part + r]);
+        }
+        sc.m[r] = mx;
+        float* ar = acc + r * hd;
+        std::fill(ar, ar + hd, 0.f);
+        l[r] = 0.f;
+        if (mx == kNegInf) continue;
+        for (int64_t sp = 0; sp < splits; ++sp) {
+          const float* p = pbase + (u * splits + sp) * part;
+          if (p[r] == kNegInf) continue;
+          const float f = FastExp(p[r] - mx);
+          l[r] += f * p[max_rows + r];
+          const float* pa = p + 2 * max_rows + r * hd;
+          for (int64_t d = 0; d < hd; ++d) ar[d] += f * pa[d];
+        }
+      }
+      WriteUnit(a, bi, kvh, i0, i1, sc.m.data(), l, acc);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const ops::AttentionOptions& options) {
+  return AttentionImpl(out, nullptr, q, k, v, options);
+}
+
+absl::Status AttentionWithLse(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const ops::AttentionOptions& options) {
+  return AttentionImpl(out, &lse, q, k, v, options);
+}
+
+}  // namespace cpu
+}  // namespace cctune

@@ -1,0 +1,29 @@
+// CPU scaled dot-product attention with grouped K/V heads (ops.h documents the contract).
+// Arguments are validated by kernels/ops.cc.
+//
+// q/k/v are read through their strides (no copy of K/V; rows with a unit last-dim stride in
+// f32 are read in place, others are converted one 64-key block at a time). Work is split
+// into units of (batch, kv head, tile of query positions) covering all n_h / n_kv query heads
+// of the group, so each K/V block is read once for the whole group. Each unit runs an online
+// (streaming) softmax in f32 over 64-key blocks. When there are fewer units than threads
+// (decode: s_q = 1) the keys are split into chunks whose partial softmax results are merged.
+#ifndef CCTUNE_KERNELS_CPU_ATTENTION_H_
+#define CCTUNE_KERNELS_CPU_ATTENTION_H_
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+#include "kernels/op_types.h"
+
+namespace cctune {
+namespace cpu {
+
+absl::Status Attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const ops::AttentionOptions& options);
+// Attention that also writes lse [b, n_h, s_q] = m + log(l) from the online softmax.
+absl::Status AttentionWithLse(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const ops::AttentionOptions& options);
+
+}  // namespace cpu
+}  // namespace cctune
+
+#endif  // CCTUNE_KERNELS_CPU_ATTENTION_H_

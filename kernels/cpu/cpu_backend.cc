@@ -1,0 +1,125 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_backward.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/sampling.h"
+
+namespace cctune {
+namespace cpu {
+namespace {
+
+class CpuBackend final : public OpBackend {
+ public:
+  DeviceType type() const override { return DeviceType::kCPU; }
+
+  absl::Status Linear(Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias) override {
+    return cpu::Linear(out, x, w, bias);
+  }
+  absl::Status Matmul(Tensor& out, const Tensor& a, const Tensor& b) override {
+    return cpu::Matmul(out, a, b);
+  }
+  absl::Status Embedding(Tensor& out, const Tensor& table, const Tensor& ids) override {
+    return cpu::Embedding(out, table, ids);
+  }
+  absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) override {
+    return cpu::RmsNorm(out, x, weight, eps);
+  }
+  absl::Status RopeCache(Tensor& cos, Tensor& sin, const Tensor& inv_freq) override {
+    return cpu::RopeCache(cos, sin, inv_freq);
+  }
+  absl::Status Rope(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
+                    const Tensor& positions, ops::RopePairing pairing) override {
+    return cpu::Rope(out, x, cos, sin, positions, pairing);
+  }
+  absl::Status SiluMul(Tensor& out, const Tensor& gate, const Tensor& up) override {
+    return cpu::SiluMul(out, gate, up);
+  }
+  absl::Status Softmax(Tensor& out, const Tensor& x) override { return cpu::Softmax(out, x); }
+  absl::Status Attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const ops::AttentionOptions& options) override {
+    return cpu::Attention(out, q, k, v, options);
+  }
+  absl::Status Add(Tensor& out, const Tensor& a, const Tensor& b) override {
+    return cpu::Add(out, a, b);
+  }
+  absl::Status Mul(Tensor& out, const Tensor& a, const Tensor& b) override {
+    return cpu::Mul(out, a, b);
+  }
+  absl::Status Scale(Tensor& out, const Tensor& x, float alpha) override {
+    return cpu::Scale(out, x, alpha);
+  }
+  absl::Status Argmax(Tensor& out, const Tensor& x) override { return cpu::Argmax(out, x); }
+  absl::Status TopK(Tensor& values, Tensor& indices, const Tensor& x, int64_t k) override {
+    return cpu::TopK(values, indices, x, k);
+  }
+  absl::Status Sample(Tensor& out, const Tensor& logits, const ops::SamplingParams& params,
+                      Generator& gen) override {
+    return cpu::Sample(out, logits, params, gen);
+  }
+
+  // ---- Training ----
+  absl::Status AttentionWithLse(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k,
+                                const Tensor& v, const ops::AttentionOptions& options) override {
+    return cpu::AttentionWithLse(out, lse, q, k, v, options);
+  }
+  absl::Status CrossEntropyForward(Tensor& loss_sum, Tensor& num_valid, Tensor* row_loss,
+                                   const Tensor& logits, const Tensor& targets,
+                                   int64_t ignore_index) override {
+    return cpu::CrossEntropyForward(loss_sum, num_valid, row_loss, logits, targets, ignore_index);
+  }
+  absl::Status CrossEntropyBackward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                    float scale, int64_t ignore_index) override {
+    return cpu::CrossEntropyBackward(dlogits, logits, targets, scale, ignore_index);
+  }
+  absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor& dy,
+                              const Tensor& x, const Tensor& w) override {
+    return cpu::LinearBackward(dx, dw, dbias, dy, x, w);
+  }
+  absl::Status EmbeddingBackward(Tensor& dtable, const Tensor& dy, const Tensor& ids) override {
+    return cpu::EmbeddingBackward(dtable, dy, ids);
+  }
+  absl::Status RmsNormBackward(Tensor& dx, Tensor* dweight, const Tensor& dy, const Tensor& x,
+                               const Tensor& weight, float eps) override {
+    return cpu::RmsNormBackward(dx, dweight, dy, x, weight, eps);
+  }
+  absl::Status RopeBackward(Tensor& dx, const Tensor& dy, const Tensor& cos, const Tensor& sin,
+                            const Tensor& positions, ops::RopePairing pairing) override {
+    return cpu::RopeBackward(dx, dy, cos, sin, positions, pairing);
+  }
+  absl::Status SiluMulBackward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate,
+                               const Tensor& up) override {
+    return cpu::SiluMulBackward(dgate, dup, dy, gate, up);
+  }
+  absl::Status SoftmaxBackward(Tensor& dx, const Tensor& dy, const Tensor& y) override {
+    return cpu::SoftmaxBackward(dx, dy, y);
+  }
+  absl::Status AddBackward(Tensor* da, Tensor* db, const Tensor& dy) override {
+    return cpu::AddBackward(da, db, dy);
+  }
+  absl::Status MulBackward(Tensor* da, Tensor* db, const Tensor& dy, const Tensor& a,
+                           const Tensor& b) override {
+    return cpu::MulBackward(da, db, dy, a, b);
+  }
+  absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dy,
+                                 const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor* out, const Tensor* lse,
+                                 const ops::AttentionOptions& options) override {
+    return cpu::AttentionBackward(dq, dk, dv, dy, q, k, v, out, lse, options);
+  }
+};
+
+}  // namespace
+
+OpBackend* CpuOpBackend() {
+  static CpuBackend* backend = new CpuBackend();
+  return backend;
+}
+
+}  // namespace cpu
+}  // namespace cctune

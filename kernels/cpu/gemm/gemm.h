@@ -1,0 +1,68 @@
+// CPU matrix multiplication: the f32 GEMM behind Linear/Matmul and the memory-bound
+// bf16/f16-weight GEMV/GEMM of CPU decode.
+//
+// GemmNT is the Linear shape: activations A [m, k] (f32) times weights B [n, k] (f32, bf16 or
+// f16, stored as in a checkpoint) transposed. Up to a few hundred rows (decode, small batches,
+// short prompts) a streaming kernel reads B exactly once, all OpenMP threads splitting n, and
+// converts bf16/f16 to f32 in registers (AVX-512 / AVX2+F16C chosen at run time, scalar
+// fallback). Larger m (long prefill, training) goes to OpenBLAS, 16-bit B converted to f32
+// panels first. SgemmStrided is a row-major cblas_sgemm.
+//
+// Threading: all parallelism is OpenMP. OpenBLAS is switched to one thread on first use
+// (openblas_set_num_threads(1), process-wide) and called per block of C from OpenMP threads,
+// so the two thread pools never busy-wait against each other. Code elsewhere should reach
+// BLAS through this library. Called inside a `#pragma omp parallel` region, a call runs on
+// the calling thread only (still correct).
+#ifndef CCTUNE_KERNELS_CPU_GEMM_GEMM_H_
+#define CCTUNE_KERNELS_CPU_GEMM_GEMM_H_
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace cctune::cpu {
+
+// C[m, n] = A[m, k] · B[n, k]ᵀ + beta·C. A: f32 rows (stride lda). B: dtype b_dtype
+// (kF32/kBF16/kF16) rows (stride ldb, in elements). C: f32 rows (stride ldc). OpenMP inside.
+// beta == 0 overwrites C without reading it (NaNs in C do not propagate). k == 0 gives
+// C = beta·C. Strides must be >= the row lengths; b_dtype outside the three aborts.
+void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* b,
+            DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
+
+// C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C, all f32 row-major with leading strides
+// (like cblas_sgemm(CblasRowMajor, transA, transB, m, n, k, 1, a, lda, b, ldb, beta, c, ldc)).
+// op(A) is A [m, k] (lda >= k) or, when trans_a, Aᵀ of A [k, m] (lda >= m); likewise B.
+void SgemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta);
+
+// ---- Internals exposed for tests and benchmarks. ----
+namespace gemm_internal {
+
+// Instruction-set paths of the small-m (streaming) GemmNT kernel.
+enum class GemmIsa {
+  kAuto,    // best supported path; large m uses OpenBLAS
+  kScalar,  // portable C++ (any CPU)
+  kAvx2,    // AVX2 + FMA + F16C
+  kAvx512,  // AVX-512 F/BW/VL/DQ (bf16 by shift/mask, f16 through _mm512_cvtph_ps)
+  // bf16 B only (other dtypes fall back to kAvx512): A is rounded to bf16 and the products
+  // are summed in f32 with _mm512_dpbf16_ps. The extra A rounding gives errors of the order of
+  // bf16 epsilon (2^-8) times sum_k |a·b|: the same order as storing B in bf16 in the first
+  // place. Never chosen by kAuto; opt in with GemmNTWithIsa.
+  kAvx512Bf16,
+  kBlas,  // always the OpenBLAS route (B converted to f32 panels when 16-bit)
+};
+
+const char* GemmIsaName(GemmIsa isa);
+// Whether this CPU (and this build) can run `isa`. kAuto, kScalar and kBlas are always true.
+bool GemmIsaSupported(GemmIsa isa);
+// The path kAuto resolves to for the streaming kernel on this CPU (kAvx512, kAvx2 or kScalar).
+GemmIsa BestGemmIsa();
+
+// GemmNT with the path forced. Aborts if `isa` is not supported here.
+void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                   const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
+
+}  // namespace gemm_internal
+}  // namespace cctune::cpu
+
+#endif  // CCTUNE_KERNELS_CPU_GEMM_GEMM_H_

@@ -1,0 +1,194 @@
+// CUDA op benchmarks (bazel run -c opt //kernels/cuda:cuda_ops_bench) on cuda:0, reporting
+// bytes/s for the memory-bound ops and FLOP/s for the matrix products. Each iteration enqueues
+// kReps calls and then synchronises, so launch latency is amortised but included. Every
+// benchmark reports an error (and runs nothing) without a CUDA device.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "core/device_interface.h"
+#include "core/random.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace cctune {
+namespace {
+
+constexpr int kReps = 20;
+const Device kCuda = Device::Cuda(0);
+
+// The interface of cuda:0, or null after marking the benchmark skipped.
+DeviceInterface* CudaOrSkip(benchmark::State& state) {
+  auto iface = GetDeviceInterface(DeviceType::kCUDA);
+  absl::Status s = iface.status();
+  if (s.ok()) {
+    auto n = (*iface)->DeviceCount();
+    s = !n.ok() ? n.status()
+                : (*n > 0 ? absl::OkStatus() : absl::UnavailableError("0 CUDA devices"));
+  }
+  if (!s.ok()) {
+    state.SkipWithError(absl::StrCat("no CUDA device: ", s.message()).c_str());
+    return nullptr;
+  }
+  return *iface;
+}
+
+// Random inputs on cuda:0, made once per (shape, dtype, seed, scale): Google Benchmark calls a
+// benchmark several times, and filling a 58M-element weight on the host takes seconds.
+Tensor Rand(const Shape& s, DType dt, uint64_t seed, double scale = 1.0) {
+  static auto* cache = new std::map<std::string, Tensor>();
+  const std::string key = absl::StrCat(ShapeToString(s), DTypeName(dt), "/", seed, "/", scale);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  Generator gen(seed);
+  Tensor t = ValueOrDie(Tensor::Empty(s, dt, kCuda));
+  CCTUNE_CHECK_OK(FillUniform(t, -1.7 * scale, 1.7 * scale, gen));
+  cache->emplace(key, t);
+  return t;
+}
+
+DType Dt(int64_t arg) { return arg ? DType::kBF16 : DType::kF32; }
+
+// Decode-time projection: one token through a Llama 3 8B MLP weight [14336, 4096].
+void BM_LinearDecode(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const DType dt = Dt(state.range(0));
+  const Tensor x = Rand({1, 4096}, dt, 1);
+  const Tensor w = Rand({14336, 4096}, dt, 2, 0.02);
+  Tensor out = ValueOrDie(Tensor::Empty({1, 14336}, dt, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::Linear(out, x, w));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps * static_cast<int64_t>(w.nbytes()));
+}
+BENCHMARK(BM_LinearDecode)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+// Prefill / training-size product: [m, 4096] x [4096, 4096]ᵀ.
+void BM_LinearPrefill(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t m = state.range(0);
+  const DType dt = Dt(state.range(1));
+  const Tensor x = Rand({m, 4096}, dt, 1);
+  const Tensor w = Rand({4096, 4096}, dt, 2, 0.02);
+  Tensor out = ValueOrDie(Tensor::Empty({m, 4096}, dt, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::Linear(out, x, w));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kReps * 2.0 * m * 4096 * 4096,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearPrefill)
+    ->ArgsProduct({{512, 2048}, {0, 1}})
+    ->ArgNames({"m", "bf16"})
+    ->UseRealTime();
+
+// Decode: one query per head against a KV cache (Llama 3 8B heads: 32 / 8 x 128).
+void BM_AttentionDecode(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t s_kv = state.range(0);
+  const DType dt = Dt(state.range(1));
+  const int64_t n_h = 32, n_kv = 8, hd = 128;
+  const Tensor q = Rand({1, n_h, 1, hd}, dt, 1);
+  const Tensor k = Rand({1, n_kv, s_kv, hd}, dt, 2);
+  const Tensor v = Rand({1, n_kv, s_kv, hd}, dt, 3);
+  Tensor out = ValueOrDie(Tensor::Empty({1, n_h, 1, hd}, dt, kCuda));
+  ops::AttentionOptions opt;
+  opt.causal = true;
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::Attention(out, q, k, v, opt));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps *
+                          static_cast<int64_t>(k.nbytes() + v.nbytes()));
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{512, 4096, 32768}, {0, 1}})
+    ->ArgNames({"s_kv", "bf16"})
+    ->UseRealTime();
+
+// Causal prefill of s tokens (FLOPs: 2 matmuls of s x s/2 x h_d per head).
+void BM_AttentionPrefill(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t s = state.range(0);
+  const int64_t n_h = 32, n_kv = 8, hd = 128;
+  const Tensor q = Rand({1, n_h, s, hd}, DType::kBF16, 1);
+  const Tensor k = Rand({1, n_kv, s, hd}, DType::kBF16, 2);
+  const Tensor v = Rand({1, n_kv, s, hd}, DType::kBF16, 3);
+  Tensor out = ValueOrDie(Tensor::Empty({1, n_h, s, hd}, DType::kBF16, kCuda));
+  ops::AttentionOptions opt;
+  opt.causal = true;
+  for (auto _ : state) {
+    CCTUNE_CHECK_OK(ops::Attention(out, q, k, v, opt));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * s * s * hd * n_h,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionPrefill)->Arg(512)->Arg(2048)->UseRealTime();
+
+void BM_RmsNorm(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const DType dt = Dt(state.range(0));
+  const Tensor x = Rand({2048, 4096}, dt, 1);
+  const Tensor w = Rand({4096}, dt, 2);
+  Tensor out = ValueOrDie(Tensor::Empty({2048, 4096}, dt, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::RmsNorm(out, x, w, 1e-5f));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps * 2 * static_cast<int64_t>(x.nbytes()));
+}
+BENCHMARK(BM_RmsNorm)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+void BM_SiluMul(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const DType dt = Dt(state.range(0));
+  const Tensor g = Rand({2048, 14336}, dt, 1), u = Rand({2048, 14336}, dt, 2);
+  Tensor out = ValueOrDie(Tensor::Empty({2048, 14336}, dt, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::SiluMul(out, g, u));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps * 3 * static_cast<int64_t>(g.nbytes()));
+}
+BENCHMARK(BM_SiluMul)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+// The decode tail: softmax, argmax and top-k over a Llama 3 vocabulary.
+void BM_VocabOps(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t v = 128256;
+  const Tensor logits = Rand({1, v}, DType::kF32, 1, 3.0);
+  Tensor probs = ValueOrDie(Tensor::Empty({1, v}, DType::kF32, kCuda));
+  Tensor arg = ValueOrDie(Tensor::Empty({1}, DType::kI64, kCuda));
+  Tensor top_v = ValueOrDie(Tensor::Empty({1, 50}, DType::kF32, kCuda));
+  Tensor top_i = ValueOrDie(Tensor::Empty({1, 50}, DType::kI64, kCuda));
+  const int which = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) {
+      if (which == 0) CCTUNE_CHECK_OK(ops::Softmax(probs, logits));
+      if (which == 1) CCTUNE_CHECK_OK(ops::Argmax(arg, logits));
+      if (which == 2) CCTUNE_CHECK_OK(ops::TopK(top_v, top_i, logits, 50));
+    }
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetLabel(which == 0 ? "softmax" : which == 1 ? "argmax" : "topk50");
+  state.SetBytesProcessed(state.iterations() * kReps * static_cast<int64_t>(logits.nbytes()));
+}
+BENCHMARK(BM_VocabOps)->DenseRange(0, 2)->ArgName("op")->UseRealTime();
+
+}  // namespace
+}  // namespace cctune

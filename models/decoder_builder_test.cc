@@ -1,0 +1,84 @@
+#include "models/decoder_builder.h"
+
+#include <string>
+
+#include "core/random.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "modules/parameters.h"
+
+namespace cctune {
+namespace {
+
+using ::testing::HasSubstr;
+
+DecoderConfig Small() {
+  DecoderConfig c;
+  c.vocab_size = 40;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.embed_dim = 16;
+  c.intermediate_dim = 24;
+  c.max_seq_len = 32;
+  return c;
+}
+
+TEST(DecoderBuilderTest, WiresTheConfiguredModules) {
+  DecoderConfig c = Small();
+  c.qkv_bias = true;
+  c.head_dim = 8;  // explicit, != embed_dim / num_heads
+  auto m = BuildDecoder(c);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const TransformerDecoder& d = **m;
+  EXPECT_EQ(d.num_layers(), 3u);
+  EXPECT_EQ(d.layer(2).attn().head_dim(), 8);
+  EXPECT_EQ(d.layer(0).attn().q_proj().out_dim(), 32);
+  EXPECT_TRUE(d.layer(0).attn().k_proj().has_bias());
+  EXPECT_FALSE(d.layer(0).attn().output_proj().has_bias());
+  EXPECT_EQ(d.layer(1).mlp().hidden_dim(), 24);
+  EXPECT_EQ(d.vocab_size(), 40);
+  const int64_t per_layer = 16 * 32 + 32 + 2 * (16 * 16 + 16) + 32 * 16 + 3 * 16 * 24 + 2 * 16;
+  EXPECT_EQ(d.NumParameters(), 2 * 40 * 16 + 3 * per_layer + 16);
+}
+
+TEST(DecoderBuilderTest, TiedDecoderRunsAndSharesTheTable) {
+  DecoderConfig c = Small();
+  c.tie_word_embeddings = true;
+  auto m = ValueOrDie(BuildDecoder(c));
+  auto arena = ValueOrDie(ParameterArena::Create(*m, DType::kF32, Device::Cpu()));
+  EXPECT_FALSE(arena.Get("output.weight").ok());
+  Generator gen(3);
+  ASSERT_TRUE(arena.InitializeRandom(gen).ok());
+  Tensor tokens = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{0, 39, 7}, {1, 3}));
+  Tensor logits = ValueOrDie((*m)(tokens));
+  EXPECT_EQ(logits.shape(), (Shape{1, 3, 40}));
+}
+
+TEST(DecoderBuilderTest, ErrorsNameTheField) {
+  DecoderConfig c = Small();
+  c.num_kv_heads = 3;
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("num_heads (4) must be divisible by num_kv_heads (3)"));
+  c = Small();
+  c.embed_dim = 18;
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("embed_dim (18) must be divisible by num_heads (4)"));
+  c = Small();
+  c.intermediate_dim = 0;
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("intermediate_dim (0) must be positive"));
+  c = Small();
+  c.head_dim = 5;
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("head_dim (5) must be positive and even"));
+  c = Small();
+  c.num_kv_heads = 0;  // defaults to num_heads
+  auto m = BuildDecoder(c);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)->layer(0).attn().num_kv_heads(), 4);
+  EXPECT_THAT(DecoderConfigString(Small()), HasSubstr("num_kv_heads=2"));
+}
+
+}  // namespace
+}  // namespace cctune

@@ -1,0 +1,27 @@
+// Llama 3: component builder Llama3() and model builders (torchtune.models.llama3).
+// RoPE on interleaved pairs, base 500000, no frequency scaling.
+#ifndef CCTUNE_MODELS_LLAMA3_LLAMA3_H_
+#define CCTUNE_MODELS_LLAMA3_LLAMA3_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "modules/transformer_decoder.h"
+
+namespace cctune {
+
+// intermediate_dim = 0 means ScaleHiddenDimForMlp(embed_dim).
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3(int64_t vocab_size, int64_t num_layers,
+                                                           int64_t num_heads, int64_t num_kv_heads,
+                                                           int64_t embed_dim, int64_t max_seq_len,
+                                                           int64_t intermediate_dim = 0,
+                                                           float norm_eps = 1e-5f,
+                                                           double rope_base = 500000.0);
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_8B();
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_70B();
+
+}  // namespace cctune
+
+#endif  // CCTUNE_MODELS_LLAMA3_LLAMA3_H_

@@ -1,0 +1,45 @@
+#include "modules/linear.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "kernels/ops.h"
+
+namespace cctune {
+
+absl::StatusOr<Tensor> Projection::operator()(const Tensor& x) const {
+  if (x.dim() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Projection: input must have at least 1 dim, got ", ShapeToString(x.shape())));
+  }
+  Shape shape = x.shape();
+  shape.back() = out_dim();
+  CCTUNE_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(std::move(shape), DType::kF32, x.device()));
+  CCTUNE_RETURN_IF_ERROR(Forward(out, x));
+  return out;
+}
+
+Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias)
+    : in_dim_(in_dim),
+      out_dim_(out_dim),
+      weight_(RegisterParameter("weight", {out_dim, in_dim},
+                                ParameterInit::Uniform(1.0 / std::sqrt(static_cast<double>(
+                                                                 std::max<int64_t>(in_dim, 1)))))) {
+  CCTUNE_CHECK(in_dim >= 0 && out_dim >= 0, "Linear(", in_dim, ", ", out_dim, ")");
+  if (bias) {
+    bias_ = &RegisterParameter(
+        "bias", {out_dim},
+        ParameterInit::Uniform(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(in_dim, 1)))));
+  }
+}
+
+absl::Status Linear::Forward(Tensor& out, const Tensor& x) const {
+  if (!weight_.value.defined()) {
+    return absl::FailedPreconditionError(
+        "Linear: parameters are not materialised (create a ParameterArena first)");
+  }
+  return ops::Linear(out, x, weight_.value, bias());
+}
+
+}  // namespace cctune

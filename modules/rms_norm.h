@@ -1,0 +1,36 @@
+// RMSNorm over the last dim: x / sqrt(mean(x²) + eps) * scale (torchtune's RMSNorm).
+#ifndef CCTUNE_MODULES_RMS_NORM_H_
+#define CCTUNE_MODULES_RMS_NORM_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "modules/module.h"
+
+namespace cctune {
+
+class RMSNorm : public Module {
+ public:
+  // Parameter "scale" [dim], initialised to ones. torchtune's default eps is 1e-6.
+  explicit RMSNorm(int64_t dim, float eps = 1e-6f);
+
+  int64_t dim() const { return dim_; }
+  float eps() const { return eps_; }
+  const Tensor& scale() const { return scale_.value; }  // [dim]
+
+  // out [..., dim] = rmsnorm(x [..., dim]); out may be x itself.
+  absl::Status Forward(Tensor& out, const Tensor& x) const;
+  // A new f32 output on x's device.
+  absl::StatusOr<Tensor> operator()(const Tensor& x) const;
+
+ private:
+  int64_t dim_;
+  float eps_;
+  Parameter& scale_;
+};
+
+}  // namespace cctune
+
+#endif  // CCTUNE_MODULES_RMS_NORM_H_

@@ -1,0 +1,93 @@
+// TransformerDecoder (torchtune's): token embedding, a stack of self-attention layers, a final
+// norm and an output projection (Linear, or TiedLinear sharing the embedding table).
+//
+//   tokens [b, s] -> tok_embeddings -> layers... -> norm -> output -> logits [b, s, v] (f32)
+//
+// Generation: SetupCaches() gives every layer a KV cache; from then on Forward requires a mask
+// [b, s, cache_len] and input_pos [b, s], as torchtune validates, and each call appends s
+// positions to the caches.
+#ifndef CCTUNE_MODULES_TRANSFORMER_DECODER_H_
+#define CCTUNE_MODULES_TRANSFORMER_DECODER_H_
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "modules/attention.h"
+#include "modules/embedding.h"
+#include "modules/linear.h"
+#include "modules/module.h"
+#include "modules/rms_norm.h"
+#include "modules/scratch.h"
+#include "modules/transformer_self_attention_layer.h"
+
+namespace cctune {
+
+class TransformerDecoder : public Module {
+ public:
+  using Layers = std::vector<std::unique_ptr<TransformerSelfAttentionLayer>>;
+
+  // Children "tok_embeddings", "layers.{i}", "norm", "output". `output` may be a TiedLinear
+  // that refers to `tok_embeddings` (it then adds no parameters). InvalidArgument when a
+  // piece is missing or the dims disagree.
+  static absl::StatusOr<std::unique_ptr<TransformerDecoder>> Create(
+      std::unique_ptr<Embedding> tok_embeddings, Layers layers, std::unique_ptr<RMSNorm> norm,
+      std::unique_ptr<Projection> output, int64_t max_seq_len);
+
+  int64_t vocab_size() const { return output_->out_dim(); }
+  int64_t embed_dim() const { return tok_embeddings_->embedding_dim(); }
+  int64_t max_seq_len() const { return max_seq_len_; }
+  size_t num_layers() const { return layers_.size(); }
+  const Embedding& tok_embeddings() const { return *tok_embeddings_; }
+  TransformerSelfAttentionLayer& layer(size_t i) { return *layers_[i]; }
+  const TransformerSelfAttentionLayer& layer(size_t i) const { return *layers_[i]; }
+  const RMSNorm& norm() const { return *norm_; }
+  const Projection& output() const { return *output_; }
+
+  // KV caches for every layer, on the parameters' device. max_seq_len <= 0 means the
+  // model's max_seq_len. FailedPrecondition if caches exist (DeleteCaches() first) or the
+  // parameters are not materialised.
+  absl::Status SetupCaches(int64_t batch_size, DType dtype, int64_t max_seq_len = -1,
+                           KvCacheLayout layout = KvCacheLayout::kGrouped);
+  bool CachesAreSetup() const;
+  bool CachesAreEnabled() const { return CachesAreSetup(); }
+  // Zeroes every cache and rewinds it to position 0. FailedPrecondition without caches.
+  absl::Status ResetCaches();
+  void DeleteCaches();
+  // Filled positions of the caches (0 without caches).
+  int64_t CacheSize() const;
+  // Sum of Bytes() over every layer's cache.
+  size_t KvCacheBytes() const;
+
+  // logits [b, s, v] (f32) = decoder(tokens [b, s] i32/i64).
+  // mask: optional bool [b, s, s_kv]; input_pos: optional i32/i64 [b, s]. Both are required
+  // once caches are set up; the mask may then span the filled positions after this call
+  // (CacheSize() + s) or the whole cache (its max_seq_len).
+  absl::Status Forward(Tensor& logits, const Tensor& tokens, const Tensor* mask = nullptr,
+                       const Tensor* input_pos = nullptr);
+  // A new f32 logits tensor on the parameters' device.
+  absl::StatusOr<Tensor> operator()(const Tensor& tokens, const Tensor* mask = nullptr,
+                                    const Tensor* input_pos = nullptr);
+
+ private:
+  TransformerDecoder(std::unique_ptr<Embedding> tok_embeddings, Layers layers,
+                     std::unique_ptr<RMSNorm> norm, std::unique_ptr<Projection> output,
+                     int64_t max_seq_len);
+  absl::Status ValidateInputs(const Tensor& tokens, const Tensor* mask,
+                              const Tensor* input_pos) const;
+
+  std::unique_ptr<Embedding> tok_embeddings_;
+  Layers layers_;
+  std::unique_ptr<RMSNorm> norm_;
+  std::unique_ptr<Projection> output_;
+  int64_t max_seq_len_;
+  Scratch scratch_;
+};
+
+}  // namespace cctune
+
+#endif  // CCTUNE_MODULES_TRANSFORMER_DECODER_H_
