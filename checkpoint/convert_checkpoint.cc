@@ -19,7 +19,7 @@
 namespace cctune {
 namespace {
 
-HfModelConfig HfConfigFromLlama2c(const Llama2cConfig& c) {
+HfModelConfig HfConfigFromLlama2c(const Llama2cHeader& c) {
   HfModelConfig h;
   h.vocab_size = c.vocab_size;
   h.hidden_size = c.dim;

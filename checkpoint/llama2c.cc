@@ -17,7 +17,7 @@ std::string Prefix(const std::string& file) {
   return absl::StrCat("llama2.c checkpoint '", file, "': ");
 }
 
-std::string HeaderString(const Llama2cConfig& c) {
+std::string HeaderString(const Llama2cHeader& c) {
   return absl::StrCat("dim=", c.dim, " hidden_dim=", c.hidden_dim, " n_layers=", c.n_layers,
                       " n_heads=", c.n_heads, " n_kv_heads=", c.n_kv_heads,
                       " vocab_size=", c.shared_classifier ? c.vocab_size : -c.vocab_size,
@@ -34,7 +34,7 @@ struct Sections {
   }
 };
 
-Sections SectionSizes(const Llama2cConfig& c) {
+Sections SectionSizes(const Llama2cHeader& c) {
   const int64_t d = c.dim, h = c.hidden_dim, l = c.n_layers, v = c.vocab_size;
   const int64_t hd = c.head_dim(), kv = int64_t{c.n_kv_heads} * hd, q = int64_t{c.n_heads} * hd;
   Sections s;
@@ -56,11 +56,11 @@ Sections SectionSizes(const Llama2cConfig& c) {
 
 }  // namespace
 
-int64_t Llama2cConfig::ExpectedFileBytes() const {
+int64_t Llama2cHeader::ExpectedFileBytes() const {
   return kHeaderBytes + 4 * SectionSizes(*this).Total();
 }
 
-absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* bytes, size_t size,
+absl::StatusOr<Llama2cHeader> ParseLlama2cHeader(const void* bytes, size_t size,
                                                  const std::string& file) {
   if (size < static_cast<size_t>(kHeaderBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -68,7 +68,7 @@ absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* bytes, size_t size,
   }
   int32_t h[7];
   std::memcpy(h, bytes, sizeof(h));
-  Llama2cConfig c;
+  Llama2cHeader c;
   c.dim = h[0];
   c.hidden_dim = h[1];
   c.n_layers = h[2];
@@ -115,7 +115,7 @@ absl::StatusOr<Llama2cCheckpoint> LoadLlama2c(const std::string& path,
                         absl::StrCat(Prefix(path), mapped.status().message()));
   }
   std::shared_ptr<Storage> storage = std::move(mapped).value();
-  CCTUNE_ASSIGN_OR_RETURN(Llama2cConfig c,
+  CCTUNE_ASSIGN_OR_RETURN(Llama2cHeader c,
                           ParseLlama2cHeader(storage->data(), storage->bytes(), path));
   const int64_t expected = c.ExpectedFileBytes();
   if (static_cast<int64_t>(storage->bytes()) != expected) {

@@ -20,7 +20,7 @@
 
 namespace cctune {
 
-struct Llama2cConfig {
+struct Llama2cHeader {
   int dim = 0;         // d
   int hidden_dim = 0;  // SwiGLU hidden size
   int n_layers = 0;
@@ -43,7 +43,7 @@ struct Llama2cLoadOptions {
 };
 
 struct Llama2cCheckpoint {
-  Llama2cConfig config;
+  Llama2cHeader config;
   // torchtune names: tok_embeddings.weight [v, d]; per layer i: layers.{i}.sa_norm.scale [d],
   // layers.{i}.attn.q_proj.weight [n_h*h_d, d], k_proj/v_proj [n_kv*h_d, d],
   // output_proj [d, n_h*h_d], layers.{i}.mlp_norm.scale [d], layers.{i}.mlp.w1.weight
@@ -52,7 +52,7 @@ struct Llama2cCheckpoint {
 };
 
 // Parses and validates the header (the first 28 bytes of `bytes`); `file` names the source.
-absl::StatusOr<Llama2cConfig> ParseLlama2cHeader(const void* bytes, size_t size,
+absl::StatusOr<Llama2cHeader> ParseLlama2cHeader(const void* bytes, size_t size,
                                                  const std::string& file);
 
 // Loads `path`; the file size must match the header exactly.

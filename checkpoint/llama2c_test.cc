@@ -43,7 +43,7 @@ TEST(Llama2cTest, LoadsStories260K) {
   if (!path.ok()) GTEST_SKIP() << path.status();
   auto ck = LoadLlama2c(*path);
   ASSERT_TRUE(ck.ok()) << ck.status();
-  const Llama2cConfig& c = ck->config;
+  const Llama2cHeader& c = ck->config;
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.hidden_dim, 172);
   EXPECT_EQ(c.n_layers, 5);

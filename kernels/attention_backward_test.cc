@@ -124,12 +124,12 @@ TEST_P(AttentionBackwardTest, MatchesFiniteDifferences) {
                       const std::vector<double>& pv) {
         return AttentionLoss(d, pq, pk, pv, mp, opt.causal, scale, vdy, nullptr);
       };
-      const auto gq = NumericGradient([&](const std::vector<double>& p) { return loss(p, vk, vv); },
-                                      vq);
-      const auto gk = NumericGradient([&](const std::vector<double>& p) { return loss(vq, p, vv); },
-                                      vk);
-      const auto gv = NumericGradient([&](const std::vector<double>& p) { return loss(vq, vk, p); },
-                                      vv);
+      const auto gq =
+          NumericGradient([&](const std::vector<double>& p) { return loss(p, vk, vv); }, vq);
+      const auto gk =
+          NumericGradient([&](const std::vector<double>& p) { return loss(vq, p, vv); }, vk);
+      const auto gv =
+          NumericGradient([&](const std::vector<double>& p) { return loss(vq, vk, p); }, vv);
       // The saved forward tensors: out in f32 (so that D = dy·out is exact to f32), and lse.
       Tensor out = EmptyLike(q.shape(), DType::kF32, layout);
       Tensor lse = EmptyLike({d.b, d.n_h, d.s_q}, DType::kF32, layout);
@@ -152,13 +152,14 @@ TEST_P(AttentionBackwardTest, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, AttentionBackwardTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
-                                            ::testing::ValuesIn(testing::kAllLayouts)),
-                         [](const ::testing::TestParamInfo<AttentionBackwardTest::ParamType>& info) {
-                           return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
-                                               testing::LayoutName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    DTypes, AttentionBackwardTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::ValuesIn(testing::kAllLayouts)),
+    [](const ::testing::TestParamInfo<AttentionBackwardTest::ParamType>& info) {
+      return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
+                          testing::LayoutName(std::get<1>(info.param)));
+    });
 
 TEST(AttentionWithLseTest, LseMatchesReferenceAndOutMatchesAttention) {
   Generator gen(602);

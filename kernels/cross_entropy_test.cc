@@ -69,8 +69,7 @@ TEST_P(CrossEntropyTest, MatchesReferenceAndFiniteDifferences) {
     const Tensor targets = ValueOrDie(Tensor::FromVector(tv, {c.n}));
     Outputs o;
     Tensor row_loss = EmptyLike({c.n}, DType::kF32, layout);
-    ASSERT_TRUE(
-        ops::CrossEntropyForward(o.loss_sum, o.num_valid, &row_loss, logits, targets).ok())
+    ASSERT_TRUE(ops::CrossEntropyForward(o.loss_sum, o.num_valid, &row_loss, logits, targets).ok())
         << what;
     const auto vl = Values(logits);
     std::vector<double> rows;

@@ -57,7 +57,7 @@ std::vector<Param> Params(const Config& c) {
 // The data of one check: token ids, targets (some ignored), positions and mask.
 struct Batch {
   std::vector<int64_t> ids, targets, positions;  // [b, s] each
-  std::vector<float> mask;                        // [b, s, s]: 1 = may attend
+  std::vector<float> mask;                       // [b, s, s]: 1 = may attend
 };
 
 Batch MakeBatch(const Config& c, Generator& gen) {
@@ -209,7 +209,8 @@ double RefLoss(const Config& c, const Vec& theta, const Batch& bt) {
 Tensor Zeros(const Shape& s) { return ValueOrDie(Tensor::Zeros(s, DType::kF32)); }
 Tensor Empty(const Shape& s) { return ValueOrDie(Tensor::Empty(s, DType::kF32)); }
 Tensor View(const Tensor& t, const Shape& s) { return ValueOrDie(t.View(s)); }
-Tensor Tr12(const Tensor& t) { return ValueOrDie(t.Transpose(1, 2)); }  // [b, s, n, hd] <-> [b, n, s, hd]
+// [b, s, n, hd] <-> [b, n, s, hd] (a view).
+Tensor Tr12(const Tensor& t) { return ValueOrDie(t.Transpose(1, 2)); }
 
 // Named views of one contiguous f32 arena, in Params() order.
 std::vector<Tensor> ArenaViews(const Tensor& arena, const Config& c) {
@@ -230,7 +231,7 @@ double ForwardBackward(const Config& c, const std::vector<Tensor>& w, std::vecto
   const Tensor &ffn_norm = w[6], &w1 = w[7], &w3 = w[8], &w2 = w[9], &norm = w[10];
   Tensor &g_emb = gw[0], &g_attn_norm = gw[1], &g_wq = gw[2], &g_wk = gw[3], &g_wv = gw[4];
   Tensor &g_wo = gw[5], &g_ffn_norm = gw[6], &g_w1 = gw[7], &g_w3 = gw[8], &g_w2 = gw[9];
-  Tensor &g_norm = gw[10];
+  Tensor& g_norm = gw[10];
   const int64_t b = c.b, s = c.s, d = c.d, hd = c.hd, n = b * s;
   const int64_t q_dim = c.n_h * hd, kv_dim = c.n_kv * hd;
   const Tensor ids = ValueOrDie(Tensor::FromVector(bt.ids, {b, s}));
@@ -309,9 +310,8 @@ double ForwardBackward(const Config& c, const std::vector<Tensor>& w, std::vecto
   Tensor dq4 = View(dq, {b, s, c.n_h, hd}), dk4 = View(dk, {b, s, c.n_kv, hd});
   Tensor dv4 = View(dv, {b, s, c.n_kv, hd});
   Tensor dq_t = Tr12(dq4), dk_t = Tr12(dk4), dv_t = Tr12(dv4);
-  CCTUNE_CHECK_OK(ops::AttentionBackward(dq_t, dk_t, dv_t,
-                                         Tr12(View(dattn, {b, s, c.n_h, hd})), Tr12(q4),
-                                         Tr12(k4), Tr12(v4), &attn_t, &lse, opt));
+  CCTUNE_CHECK_OK(ops::AttentionBackward(dq_t, dk_t, dv_t, Tr12(View(dattn, {b, s, c.n_h, hd})),
+                                         Tr12(q4), Tr12(k4), Tr12(v4), &attn_t, &lse, opt));
   CCTUNE_CHECK_OK(ops::RopeBackward(dq4, dq4, cos, sin, positions, c.pairing));
   CCTUNE_CHECK_OK(ops::RopeBackward(dk4, dk4, cos, sin, positions, c.pairing));
   Tensor dxn1 = Zeros({b, s, d});
@@ -349,8 +349,7 @@ TEST_P(DecoderBackwardTest, EveryParameterGradientMatchesFiniteDifferences) {
   const double loss = ForwardBackward(c, w, gw, bt);
   const Vec theta = Values(params);
   EXPECT_NEAR(loss, RefLoss(c, theta, bt), 1e-5) << c.name;
-  const Vec want =
-      NumericGradient([&](const Vec& t) { return RefLoss(c, t, bt); }, theta, 1e-5);
+  const Vec want = NumericGradient([&](const Vec& t) { return RefLoss(c, t, bt); }, theta, 1e-5);
   const Vec got = Values(grads);
   int64_t off = 0;
   for (const Param& p : Params(c)) {

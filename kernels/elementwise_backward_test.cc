@@ -44,10 +44,10 @@ TEST_P(SiluMulBackwardTest, MatchesFiniteDifferences) {
     const auto dg0 = Values(dgate), du0 = Values(dup);
     ASSERT_TRUE(ops::SiluMulBackward(dgate, dup, dy, gate, up).ok());
     const auto vg = Values(gate), vu = Values(up), vdy = Values(dy);
-    const auto gg = NumericGradient(
-        [&](const std::vector<double>& p) { return SiluMulLoss(p, vu, vdy); }, vg);
-    const auto gu = NumericGradient(
-        [&](const std::vector<double>& p) { return SiluMulLoss(vg, p, vdy); }, vu);
+    const auto gg =
+        NumericGradient([&](const std::vector<double>& p) { return SiluMulLoss(p, vu, vdy); }, vg);
+    const auto gu =
+        NumericGradient([&](const std::vector<double>& p) { return SiluMulLoss(vg, p, vdy); }, vu);
     const std::string what = absl::StrCat(ShapeToString(shape), " ", DTypeName(dt));
     ExpectGradClose(Minus(Values(dgate), dg0), gg, 1e-5, "dgate " + what);
     ExpectGradClose(Minus(Values(dup), du0), gu, 1e-5, "dup " + what);
@@ -118,18 +118,18 @@ TEST_P(BinaryBackwardTest, MatchesFiniteDifferences) {
     Shape a, b;
   };
   const std::vector<Case> cases = {
-      {{3, 5}, {3, 5}},          // same shape
-      {{4, 7}, {7}},             // a bias: leading broadcast
-      {{2, 3, 5}, {1, 5}},       // leading broadcast with an explicit 1
-      {{2, 3, 5}, {3, 1}},       // inner broadcast: the general reduction
-      {{2, 3, 5}, {2, 1, 5}},    // middle broadcast
+      {{3, 5}, {3, 5}},              // same shape
+      {{4, 7}, {7}},                 // a bias: leading broadcast
+      {{2, 3, 5}, {1, 5}},           // leading broadcast with an explicit 1
+      {{2, 3, 5}, {3, 1}},           // inner broadcast: the general reduction
+      {{2, 3, 5}, {2, 1, 5}},        // middle broadcast
       {{2, 3, 4, 5}, {1, 3, 1, 1}},  // several dims
-      {{6}, {1}},                // scalar
+      {{6}, {1}},                    // scalar
   };
   for (const Case& c : cases) {
     for (bool mul : {false, true}) {
-      const std::string what = absl::StrCat(mul ? "Mul" : "Add", " a ", ShapeToString(c.a),
-                                            " b ", ShapeToString(c.b));
+      const std::string what =
+          absl::StrCat(mul ? "Mul" : "Add", " a ", ShapeToString(c.a), " b ", ShapeToString(c.b));
       const Tensor a = WithLayout(Randn(c.a, DType::kF32, gen), layout);
       const Tensor b = WithLayout(Randn(c.b, DType::kBF16, gen), layout);
       const Tensor dy = WithLayout(Randn(c.a, DType::kF32, gen), layout);
@@ -143,11 +143,9 @@ TEST_P(BinaryBackwardTest, MatchesFiniteDifferences) {
       }
       const auto va = Values(a), vb = Values(b), vdy = Values(dy);
       const auto ga = NumericGradient(
-          [&](const std::vector<double>& p) { return BinaryLoss(p, vb, c.a, c.b, vdy, mul); },
-          va);
+          [&](const std::vector<double>& p) { return BinaryLoss(p, vb, c.a, c.b, vdy, mul); }, va);
       const auto gb = NumericGradient(
-          [&](const std::vector<double>& p) { return BinaryLoss(va, p, c.a, c.b, vdy, mul); },
-          vb);
+          [&](const std::vector<double>& p) { return BinaryLoss(va, p, c.a, c.b, vdy, mul); }, vb);
       ExpectGradClose(Minus(Values(da), da0), ga, 1e-5, "da " + what);
       ExpectGradClose(Minus(Values(db), db0), gb, 1e-5, "db " + what);
     }

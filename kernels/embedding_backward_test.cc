@@ -47,7 +47,8 @@ TEST_P(EmbeddingBackwardTest, MatchesFiniteDifferences) {
     Shape ids;
     int64_t v, d;
   };
-  for (const Case& c : {Case{{5}, 3, 4}, Case{{2, 7}, 5, 9}, Case{{1}, 1, 1}, Case{{3, 4}, 20, 33}}) {
+  for (const Case& c :
+       {Case{{5}, 3, 4}, Case{{2, 7}, 5, 9}, Case{{1}, 1, 1}, Case{{3, 4}, 20, 33}}) {
     for (DType idt : {DType::kI64, DType::kI32}) {
       const Tensor ids = RandomIds(c.ids, c.v, idt, gen);
       Shape ys = c.ids;
@@ -62,8 +63,8 @@ TEST_P(EmbeddingBackwardTest, MatchesFiniteDifferences) {
           [&](const std::vector<double>& t) { return LookupLoss(t, vid, vdy, c.d); },
           Values(Randn({c.v, c.d}, DType::kF32, gen)));
       ExpectGradClose(Minus(Values(dtable), before), want, 1e-5,
-                      absl::StrCat("dtable ids ", ShapeToString(c.ids), " ", DTypeName(idt),
-                                   " v ", c.v, " d ", c.d));
+                      absl::StrCat("dtable ids ", ShapeToString(c.ids), " ", DTypeName(idt), " v ",
+                                   c.v, " d ", c.d));
     }
   }
 }

@@ -61,9 +61,9 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
       {{1}, 1, 1}, {{3}, 7, 5}, {{2, 5}, 33, 17}, {{4}, 16, 1}, {{1}, 5, 9}};
   for (const Case& c : cases) {
     for (bool with_bias : {false, true}) {
-      const std::string what = absl::StrCat("x ", ShapeToString(WithLast(c.lead, c.k)), " ",
-                                            DTypeName(xdt), " w [", c.n, ", ", c.k, "] ",
-                                            DTypeName(wdt), with_bias ? " +bias" : "");
+      const std::string what =
+          absl::StrCat("x ", ShapeToString(WithLast(c.lead, c.k)), " ", DTypeName(xdt), " w [", c.n,
+                       ", ", c.k, "] ", DTypeName(wdt), with_bias ? " +bias" : "");
       const int64_t m = NumElements(c.lead);
       const Tensor x = WithLayout(Randn(WithLast(c.lead, c.k), xdt, gen), layout);
       const Tensor w = WithLayout(Randn({c.n, c.k}, wdt, gen), layout);
@@ -73,8 +73,7 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
       Tensor dw = WithLayout(Randn(w.shape(), DType::kF32, gen), layout);
       Tensor db = WithLayout(Randn({c.n}, DType::kF32, gen), layout);
       const auto dx0 = Values(dx), dw0 = Values(dw), db0 = Values(db);
-      ASSERT_TRUE(ops::LinearBackward(&dx, &dw, with_bias ? &db : nullptr, dy, x, w).ok())
-          << what;
+      ASSERT_TRUE(ops::LinearBackward(&dx, &dw, with_bias ? &db : nullptr, dy, x, w).ok()) << what;
 
       const auto vx = Values(x), vw = Values(w), vdy = Values(dy);
       const auto vb = Values(Randn({c.n}, DType::kF32, gen));
@@ -89,9 +88,7 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
       ExpectGradClose(Minus(Values(dw), dw0), gw, kTol, "dw " + what);
       if (with_bias) {
         const auto gb = NumericGradient(
-            [&](const std::vector<double>& p) {
-              return LinearLoss(vx, vw, &p, vdy, m, c.n, c.k);
-            },
+            [&](const std::vector<double>& p) { return LinearLoss(vx, vw, &p, vdy, m, c.n, c.k); },
             vb);
         ExpectGradClose(Minus(Values(db), db0), gb, kTol, "dbias " + what);
       } else {

@@ -70,9 +70,8 @@ TEST_P(RmsNormBackwardTest, MatchesFiniteDifferences) {
     ExpectGradClose(Minus(Values(dw), dw0), gw, 1e-5, "dweight " + what);
 
     // Without a weight gradient, dx is the same.
-    Tensor dx2 = WithLayout(ValueOrDie(Tensor::FromVector(
-                                std::vector<float>(dx0.begin(), dx0.end()), shape)),
-                            layout);
+    Tensor dx2 = WithLayout(
+        ValueOrDie(Tensor::FromVector(std::vector<float>(dx0.begin(), dx0.end()), shape)), layout);
     ASSERT_TRUE(ops::RmsNormBackward(dx2, nullptr, dy, x, w, eps).ok()) << what;
     EXPECT_EQ(Values(dx2), Values(dx)) << what;
   }

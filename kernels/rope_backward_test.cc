@@ -61,8 +61,8 @@ TEST_P(RopeBackwardTest, MatchesFiniteDifferences) {
       for (bool in_place : {false, true}) {
         std::vector<int64_t> pos(per_batch ? c.b * c.s : c.s);
         for (int64_t& p : pos) p = static_cast<int64_t>(gen.UniformInt(max_len));
-        const Tensor positions = ValueOrDie(Tensor::FromVector(
-            pos, per_batch ? Shape{c.b, c.s} : Shape{c.s}));
+        const Tensor positions =
+            ValueOrDie(Tensor::FromVector(pos, per_batch ? Shape{c.b, c.s} : Shape{c.s}));
         const Shape shape{c.b, c.s, c.n, c.hd};
         Tensor dy = WithLayout(Randn(shape, DType::kF32, gen), layout);
         const auto vdy = Values(dy);
@@ -83,17 +83,17 @@ TEST_P(RopeBackwardTest, MatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Pairings, RopeBackwardTest,
-    ::testing::Combine(::testing::Values(ops::RopePairing::kInterleaved,
-                                         ops::RopePairing::kHalfSplit),
-                       ::testing::ValuesIn(testing::kAllLayouts)),
-    [](const ::testing::TestParamInfo<RopeBackwardTest::ParamType>& info) {
-      return absl::StrCat(std::get<0>(info.param) == ops::RopePairing::kInterleaved
-                              ? "interleaved"
-                              : "half_split",
-                          "_", testing::LayoutName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Pairings, RopeBackwardTest,
+                         ::testing::Combine(::testing::Values(ops::RopePairing::kInterleaved,
+                                                              ops::RopePairing::kHalfSplit),
+                                            ::testing::ValuesIn(testing::kAllLayouts)),
+                         [](const ::testing::TestParamInfo<RopeBackwardTest::ParamType>& info) {
+                           return absl::StrCat(
+                               std::get<0>(info.param) == ops::RopePairing::kInterleaved
+                                   ? "interleaved"
+                                   : "half_split",
+                               "_", testing::LayoutName(std::get<1>(info.param)));
+                         });
 
 TEST(RopeBackwardTest, RoundTripsTheForward) {
   // The backward is the inverse rotation: RopeBackward(Rope(x)) = x.
@@ -116,8 +116,7 @@ TEST(RopeBackwardTest, RejectsBadArguments) {
   const Tensor positions = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{0, 9}, {2}));
   Tensor dy = Randn({1, 2, 1, 8}, DType::kF32, gen);
   Tensor dx = Randn({1, 2, 1, 8}, DType::kF32, gen);
-  absl::Status st =
-      ops::RopeBackward(dx, dy, cos, sin, positions, ops::RopePairing::kInterleaved);
+  absl::Status st = ops::RopeBackward(dx, dy, cos, sin, positions, ops::RopePairing::kInterleaved);
   EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange) << st;
   EXPECT_NE(st.message().find("RopeBackward: position 9 at index 1"), std::string::npos) << st;
   Tensor dx_bad = Randn({1, 2, 1, 6}, DType::kF32, gen);

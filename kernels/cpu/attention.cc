@@ -208,7 +208,8 @@ void WriteUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, c
     const int64_t off = bi * a.os[0] + h * a.os[1] + i * a.os[2];
     StoreF32(ar, ElemAddr(a.out, a.ot, off), a.ot, a.os[3], hd);
     if (a.lse != nullptr) {
-      a.lse[bi * a.ls[0] + h * a.ls[1] + i * a.ls[2]] = l[r] == 0.f ? kNegInf : m[r] + std::log(l[r]);
+      const float row_lse = l[r] == 0.f ? kNegInf : m[r] + std::log(l[r]);
+      a.lse[bi * a.ls[0] + h * a.ls[1] + i * a.ls[2]] = row_lse;
     }
   }
 }

@@ -20,7 +20,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct F32Rows {
   const float* p;
   int64_t s0, s1, s2;
-  const float* Row(int64_t i0, int64_t i1, int64_t i2) const { return p + i0 * s0 + i1 * s1 + i2 * s2; }
+  const float* Row(int64_t i0, int64_t i1, int64_t i2) const {
+    return p + i0 * s0 + i1 * s1 + i2 * s2;
+  }
 };
 
 F32Rows AsF32Rows(const Tensor& t, FloatBuffer& scratch) {
@@ -59,7 +61,9 @@ class GradRows {
     s1_ = t.size(2) * s2_;
     s0_ = t.size(1) * s1_;
   }
-  float* Row(int64_t i0, int64_t i1, int64_t i2) const { return p_ + i0 * s0_ + i1 * s1_ + i2 * s2_; }
+  float* Row(int64_t i0, int64_t i1, int64_t i2) const {
+    return p_ + i0 * s0_ + i1 * s1_ + i2 * s2_;
+  }
   void Finish() {
     if (p_ == buf_.data()) AccumulateRows(t_, p_, t_.size(3));
   }
@@ -105,8 +109,7 @@ float RowLse(const Problem& pr, int64_t bi, int64_t h, int64_t i, const float* q
   const uint8_t* mrow = pr.MaskRow(bi, i);
   float mx = kNegInf;
   for (int64_t j = 0; j < j_end; ++j) {
-    s[j] = (mrow != nullptr && !mrow[j * pr.ms2]) ? kNegInf
-                                                  : Dot(qs, pr.k.Row(bi, kvh, j), pr.hd);
+    s[j] = (mrow != nullptr && !mrow[j * pr.ms2]) ? kNegInf : Dot(qs, pr.k.Row(bi, kvh, j), pr.hd);
     mx = std::fmax(mx, s[j]);
   }
   if (mx == kNegInf) return kNegInf;
@@ -190,9 +193,8 @@ struct BlockScratch {
 }  // namespace
 
 absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dy,
-                               const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor* out, const Tensor* lse,
-                               const ops::AttentionOptions& options) {
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* out,
+                               const Tensor* lse, const ops::AttentionOptions& options) {
   Problem pr;
   pr.b = q.size(0);
   pr.n_h = q.size(1);
@@ -239,10 +241,10 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
       const int64_t i = r % pr.s_q, h = (r / pr.s_q) % pr.n_h, bi = r / (pr.s_q * pr.n_h);
       const float* qr = pr.q.Row(bi, h, i);
       for (int64_t e = 0; e < hd; ++e) qs[e] = scale * qr[e];
-      row_lse[r] = lse != nullptr
-                       ? lse->data<float>()[bi * lse->stride(0) + h * lse->stride(1) +
-                                            i * lse->stride(2)]
-                       : RowLse(pr, bi, h, i, qs, s);
+      row_lse[r] =
+          lse != nullptr
+              ? lse->data<float>()[bi * lse->stride(0) + h * lse->stride(1) + i * lse->stride(2)]
+              : RowLse(pr, bi, h, i, qs, s);
       if (row_lse[r] == kNegInf) {
         row_d[r] = 0.f;
       } else if (out != nullptr) {
@@ -264,8 +266,8 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
     {
       BlockScratch bs(hd);
       FloatBuffer rows_buf(2 * kTileRows * hd);
-      float* qs = rows_buf.data();         // [tile, hd] scaled q rows
-      float* acc = qs + kTileRows * hd;    // [tile, hd] sum_j dS_ij k_j
+      float* qs = rows_buf.data();       // [tile, hd] scaled q rows
+      float* acc = qs + kTileRows * hd;  // [tile, hd] sum_j dS_ij k_j
 #pragma omp for schedule(dynamic, 1)
       for (int64_t u = 0; u < units; ++u) {
         const int64_t tt = u % tiles, h = (u / tiles) % pr.n_h, bi = u / (tiles * pr.n_h);

@@ -4,9 +4,13 @@
 // The softmax is recomputed from q and k with the rows' log-sum-exp (given, or recomputed in
 // a first pass), P = exp(scale·q·k - lse), and D = dy·out per row (given out, or recomputed
 // as sum_j P·(dy·v_j)). Then two passes, each free of write conflicts:
-//   dq: units of (batch, head, tile of query rows), dq_i += scale · sum_j P_ij (dy_i·v_j - D_i) k_j;
-//   dk, dv: units of (batch, kv head, block of keys), summing over every query row of all the
-//   n_h / n_kv heads of the group: dv_j += P_ij dy_i, dk_j += scale · P_ij (dy_i·v_j - D_i) q_i.
+//   dq: units of (batch, head, tile of query rows);
+//     dq_i += scale · sum_j P_ij (dy_i·v_j - D_i) k_j.
+//   dk, dv: units of (batch, kv head, block of keys), each summing over every query row of
+//     the n_h / n_kv heads of its group;
+//     dv_j += sum_i P_ij dy_i,  dk_j += scale · sum_i P_ij (dy_i·v_j - D_i) q_i.
+// A key block is stored transposed ([h_d][keys]) so that a row's scores and dy·v against the
+// block are vertical multiply-adds.
 // Every sum runs in an order fixed by the shapes, so results do not depend on the thread count.
 // Inputs that are not f32 with a unit last-dim stride are converted to f32 copies first.
 #ifndef CCTUNE_KERNELS_CPU_ATTENTION_BACKWARD_H_
@@ -20,9 +24,8 @@ namespace cctune {
 namespace cpu {
 
 absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dy,
-                               const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor* out, const Tensor* lse,
-                               const ops::AttentionOptions& options);
+                               const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* out,
+                               const Tensor* lse, const ops::AttentionOptions& options);
 
 }  // namespace cpu
 }  // namespace cctune

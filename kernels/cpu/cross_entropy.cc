@@ -32,16 +32,30 @@ absl::Status ReadTargets(const char* op, const Tensor& targets, int64_t v, int64
   return absl::OkStatus();
 }
 
-// Row max and sum of exp(x - max) of x[0, v).
+// Row max and sum of exp(x - max) of x[0, v). The sum runs over chunks of 512 in 16 lanes,
+// the chunks added in fp64: accurate to a few f32 ulp for any v, with or without
+// vectorisation (a plain running f32 sum over a 128k vocabulary would lose ~1e-4).
 inline void RowStats(const float* x, int64_t v, float* mx_out, float* sum_out) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
   for (int64_t j = 0; j < v; ++j) mx = x[j] > mx ? x[j] : mx;
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < v; ++j) sum += FastExp(x[j] - mx);
+  constexpr int64_t kChunk = 512, kLanes = 16;
+  double total = 0.0;
+  for (int64_t c0 = 0; c0 < v; c0 += kChunk) {
+    const int64_t c1 = c0 + kChunk < v ? c0 + kChunk : v;
+    float lanes[kLanes] = {};
+    int64_t j = c0;
+    for (; j + kLanes <= c1; j += kLanes) {
+#pragma omp simd
+      for (int64_t l = 0; l < kLanes; ++l) lanes[l] += FastExp(x[j + l] - mx);
+    }
+    float chunk = 0.f;
+    for (; j < c1; ++j) chunk += FastExp(x[j] - mx);
+    for (int64_t l = 0; l < kLanes; ++l) chunk += lanes[l];
+    total += chunk;
+  }
   *mx_out = mx;
-  *sum_out = sum;
+  *sum_out = static_cast<float>(total);
 }
 
 }  // namespace

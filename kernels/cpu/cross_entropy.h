@@ -14,8 +14,7 @@ namespace cctune {
 namespace cpu {
 
 absl::Status CrossEntropyForward(Tensor& loss_sum, Tensor& num_valid, Tensor* row_loss,
-                                 const Tensor& logits, const Tensor& targets,
-                                 int64_t ignore_index);
+                                 const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 // dlogits may be logits itself (same f32 view): each element is read before it is written.
 absl::Status CrossEntropyBackward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                                   float scale, int64_t ignore_index);

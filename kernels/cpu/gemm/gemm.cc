@@ -133,10 +133,6 @@ void ScalarConvertRow(const void* src, DType t, int64_t k, float* dst) {
 // lost ~15% of single-core DRAM bandwidth). More rows of A use NR = 4: with NR = 1 every B
 // row would re-read all of A from L2, which caps m = 4 at a quarter of the FMA rate.
 constexpr int64_t kSingleStreamRows = 2;
-#ifndef PFNTA
-#define PFNTA 0
-#endif
-constexpr int64_t kPrefetchNta = PFNTA;
 // Rows of A longer than this many floats do not share L1 (32 KiB) with a row of B.
 constexpr int64_t kL1Floats = 4096;
 
@@ -347,16 +343,6 @@ CCTUNE_TARGET_AVX512 void Avx512Bf16Tile(int64_t k, const float* ap, int64_t lda
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   int64_t q = 0;
   for (; q + 32 * U <= k; q += 32 * U) {
-    if (kPrefetchNta > 0 && MR == 1) {
-#pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) {
-#pragma GCC unroll 4
-        for (int u = 0; u < U; ++u) {
-          _mm_prefetch(reinterpret_cast<const char*>(b + j * ldb + q + 32 * u + kPrefetchNta),
-                       _MM_HINT_NTA);
-        }
-      }
-    }
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       __m512 be[NR], bo[NR];

@@ -1,0 +1,195 @@
+// GEMM / GEMV throughput of //kernels/cpu/gemm against the machine's measured STREAM peak.
+//   bazel run -c opt //benchmarks:gemm_bench -- --benchmark_min_time=0.2
+// GEMM: square f32 (SgemmStrided) and f32-activation x {f32, bf16}-weight (GemmNT) -> GFLOP/s.
+// GEMV (m = 1, the decode step) on Llama-3.2-1B shapes -> GB/s of weights read, GFLOP/s and
+// that bandwidth as a percentage of STREAM triad and of a read-only sweep. Weights rotate over
+// enough copies to span >= 256 MiB, so every call streams them from DRAM, as in real decode.
+// SmallM: m = 1..256 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route (the
+// data behind GemmNT's kMaxStreamRows thresholds).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "benchmarks/stream.h"
+#include "core/dtype.h"
+#include "kernels/cpu/gemm/gemm.h"
+
+namespace cctune::bench {
+namespace {
+
+using cpu::gemm_internal::GemmIsa;
+using cpu::gemm_internal::GemmIsaName;
+using cpu::gemm_internal::GemmIsaSupported;
+
+constexpr int64_t kColdBytes = int64_t{256} << 20;
+
+// A buffer of `count` elements of `dtype` with deterministic values in [-1, 1).
+class Buffer {
+ public:
+  Buffer(int64_t count, DType dtype) : bytes_(count * DTypeSize(dtype)) {
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes_ + 63) / 64 * 64));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; ++i) {
+      uint64_t h = static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
+      const float v = static_cast<float>(h & 0xffff) / 32768.f - 1.f;
+      switch (dtype) {
+        case DType::kBF16:
+          reinterpret_cast<bf16*>(data_)[i] = FloatToBf16(v);
+          break;
+        case DType::kF16:
+          reinterpret_cast<f16*>(data_)[i] = FloatToF16(v);
+          break;
+        default:
+          reinterpret_cast<float*>(data_)[i] = v;
+      }
+    }
+  }
+  ~Buffer() { std::free(data_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return data_; }
+  float* f32() const { return reinterpret_cast<float*>(data_); }
+
+ private:
+  int64_t bytes_;
+  uint8_t* data_;
+};
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void SetCounters(benchmark::State& state, double secs, double flops, double weight_bytes) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GFLOP/s"] = flops * iters / secs * 1e-9;
+  if (weight_bytes > 0) {
+    const double gbs = weight_bytes * iters / secs * 1e-9;
+    const StreamPeak& peak = MeasuredStreamPeak();
+    state.counters["GB/s"] = gbs;
+    state.counters["pct_of_stream"] = 100.0 * gbs / peak.triad_gbs;
+    state.counters["pct_of_read"] = 100.0 * gbs / peak.read_gbs;
+  }
+}
+
+// SgemmStrided, square f32.
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t s = state.range(0);
+  Buffer a(s * s, DType::kF32), b(s * s, DType::kF32), c(s * s, DType::kF32);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    cpu::SgemmStrided(false, false, s, s, s, a.f32(), s, b.f32(), s, c.f32(), s, 0.f);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, Seconds(t0), 2.0 * s * s * s, 0);
+}
+
+// GemmNT with weights of `dtype` (m rows of activations), on `isa`. `cold`: rotate over copies
+// of the weights spanning >= 256 MiB so they come from DRAM.
+void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int64_t n, int64_t k,
+               bool cold) {
+  if (!GemmIsaSupported(isa)) {
+    state.SkipWithError("path not supported on this CPU");
+    return;
+  }
+  const int64_t weight_bytes = n * k * static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t copies =
+      cold ? std::max<int64_t>(1, (kColdBytes + weight_bytes - 1) / weight_bytes) : 1;
+  Buffer w(copies * n * k, dtype), a(m * k, DType::kF32), c(m * n, DType::kF32);
+  const size_t elem = DTypeSize(dtype);
+  int64_t copy = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const void* b = static_cast<const uint8_t*>(w.data()) + copy * n * k * elem;
+    cpu::gemm_internal::GemmNTWithIsa(isa, m, n, k, a.f32(), k, b, dtype, k, c.f32(), n, 0.f);
+    benchmark::ClobberMemory();
+    if (++copy == copies) copy = 0;
+  }
+  SetCounters(state, Seconds(t0), 2.0 * m * n * k, m <= 16 ? static_cast<double>(weight_bytes) : 0);
+}
+
+// OpenBLAS's own GEMV on f32 weights, rows split over OpenMP threads (this library keeps
+// OpenBLAS single-threaded), as a baseline for the m = 1 rows.
+void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
+  const int64_t weight_bytes = n * k * 4;
+  const int64_t copies = std::max<int64_t>(1, (kColdBytes + weight_bytes - 1) / weight_bytes);
+  Buffer w(copies * n * k, DType::kF32), a(k, DType::kF32), c(n, DType::kF32);
+  openblas_set_num_threads(1);  // as //kernels/cpu/gemm does
+  int64_t copy = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const float* b = w.f32() + copy * n * k;
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+      const int64_t j0 = n * tid / nt, j1 = n * (tid + 1) / nt;
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(j1 - j0), static_cast<int>(k), 1.f,
+                  b + j0 * k, static_cast<int>(k), a.f32(), 1, 0.f, c.f32() + j0, 1);
+    }
+    benchmark::ClobberMemory();
+    if (++copy == copies) copy = 0;
+  }
+  SetCounters(state, Seconds(t0), 2.0 * n * k, static_cast<double>(weight_bytes));
+}
+
+// With --benchmark_repetitions, the `_max` row of a rate counter is the best repetition.
+double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+const bool kRegistered = [] {
+  // Square GEMM.
+  for (int64_t s : {512, 1024, 2048}) {
+    benchmark::RegisterBenchmark(absl::StrCat("Gemm/SgemmStrided_f32/", s).c_str(), BM_Sgemm)
+        ->Arg(s)
+        ->ComputeStatistics("max", MaxOf);
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      benchmark::RegisterBenchmark(absl::StrCat("Gemm/GemmNT_", DTypeName(t), "/", s).c_str(),
+                                   BM_GemmNT, t, GemmIsa::kAuto, s, s, s, false)
+          ->ComputeStatistics("max", MaxOf);
+    }
+  }
+  // Decode GEMV on Llama-3.2-1B shapes: [n, k] weights.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
+  for (auto [n, k] : shapes) {
+    const std::string shape = absl::StrCat(n, "x", k);
+    for (auto [t, isa] :
+         std::vector<std::pair<DType, GemmIsa>>{{DType::kBF16, GemmIsa::kAuto},
+                                                {DType::kBF16, GemmIsa::kAvx2},
+                                                {DType::kBF16, GemmIsa::kAvx512Bf16},
+                                                {DType::kF16, GemmIsa::kAuto},
+                                                {DType::kF32, GemmIsa::kAuto},
+                                                {DType::kF32, GemmIsa::kBlas}}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("Gemv/", DTypeName(t), "_", GemmIsaName(isa), "/", shape).c_str(), BM_GemmNT,
+          t, isa, 1, n, k, true)
+          ->ComputeStatistics("max", MaxOf);
+    }
+    benchmark::RegisterBenchmark(absl::StrCat("Gemv/f32_cblas_sgemv/", shape).c_str(),
+                                 BM_CblasSgemv, n, k)
+        ->ComputeStatistics("max", MaxOf);
+  }
+  // Small m: streaming kernel vs OpenBLAS route, 2048x2048 weights from DRAM.
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kBlas}) {
+      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+        benchmark::RegisterBenchmark(
+            absl::StrCat("SmallM/", DTypeName(t), "_", GemmIsaName(isa), "/m:", m).c_str(),
+            BM_GemmNT, t, isa, m, 2048, 2048, true)
+            ->ComputeStatistics("max", MaxOf);
+      }
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace cctune::bench

@@ -1,0 +1,68 @@
+#include "data/sft_dataset.h"
+
+#include <functional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "data/json_records.h"
+
+namespace cctune {
+namespace {
+
+using ToMessages = std::function<absl::StatusOr<std::vector<Message>>(const JsonRecords&, size_t)>;
+
+// Tokenizes every record (in parallel: records are independent and tokenizers are const);
+// the first failing record, in file order, is the error.
+absl::StatusOr<Dataset> Build(const Tokenizer& tokenizer, PromptFormat format,
+                              const std::string& source, int64_t max_seq_len,
+                              const ToMessages& to_messages) {
+  if (max_seq_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", source, "': max_seq_len (", max_seq_len, ") must be >= 0"));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(const JsonRecords records, ReadJsonRecords(source));
+  const int64_t n = static_cast<int64_t>(records.records.size());
+  std::vector<Sample> samples(n);
+  std::vector<absl::Status> errors(n);
+#pragma omp parallel for schedule(dynamic, 64) if (n > 256)
+  for (int64_t i = 0; i < n; ++i) {
+    absl::StatusOr<std::vector<Message>> messages = to_messages(records, i);
+    if (!messages.ok()) {
+      errors[i] = messages.status();
+      continue;
+    }
+    absl::StatusOr<Sample> s = SampleFromMessages(tokenizer, format, *messages, max_seq_len);
+    if (!s.ok()) {
+      errors[i] = absl::Status(s.status().code(),
+                               absl::StrCat(records.Where(i), ": ", s.status().message()));
+      continue;
+    }
+    samples[i] = std::move(*s);
+  }
+  for (const absl::Status& e : errors) CCTUNE_RETURN_IF_ERROR(e);
+  return Dataset(std::move(samples), /*packed=*/false, source);
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadInstructDataset(const Tokenizer& tokenizer, PromptFormat format,
+                                            const InstructDatasetOptions& options) {
+  absl::Status valid = ValidateInstructOptions(options.messages);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", options.source, "': ", valid.message()));
+  }
+  return Build(
+      tokenizer, format, options.source, options.max_seq_len,
+      [&](const JsonRecords& r, size_t i) { return InstructToMessages(r, i, options.messages); });
+}
+
+absl::StatusOr<Dataset> LoadChatDataset(const Tokenizer& tokenizer, PromptFormat format,
+                                        const ChatDatasetOptions& options) {
+  return Build(
+      tokenizer, format, options.source, options.max_seq_len,
+      [&](const JsonRecords& r, size_t i) { return ChatToMessages(r, i, options.messages); });
+}
+
+}  // namespace cctune

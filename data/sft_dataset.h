@@ -1,0 +1,44 @@
+// Supervised fine-tuning datasets from a local JSON / JSONL file (torchtune's
+// instruct_dataset / alpaca_dataset and chat_dataset): each record becomes messages
+// (data/message_transforms.h), the tokenizer's prompt template turns them into tokens, and
+// the masked messages' tokens get label kIgnoreIndex. Samples are cut to max_seq_len.
+//
+//   InstructDatasetOptions o;
+//   o.source = "data/alpaca.jsonl";
+//   o.max_seq_len = 512;
+//   CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadInstructDataset(tokenizer, PromptFormat::kNone, o));
+#ifndef CCTUNE_DATA_SFT_DATASET_H_
+#define CCTUNE_DATA_SFT_DATASET_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "data/dataset.h"
+#include "data/message_transforms.h"
+#include "tokenizers/prompt_template.h"
+#include "tokenizers/tokenizer.h"
+
+namespace cctune {
+
+struct InstructDatasetOptions {
+  std::string source;  // .json (array of objects) or .jsonl
+  InstructOptions messages;
+  int64_t max_seq_len = 0;  // 0: no truncation
+};
+
+struct ChatDatasetOptions {
+  std::string source;
+  ChatOptions messages;
+  int64_t max_seq_len = 0;
+};
+
+// Errors name the file, the record's line and the column (or message) at fault.
+absl::StatusOr<Dataset> LoadInstructDataset(const Tokenizer& tokenizer, PromptFormat format,
+                                            const InstructDatasetOptions& options);
+absl::StatusOr<Dataset> LoadChatDataset(const Tokenizer& tokenizer, PromptFormat format,
+                                        const ChatDatasetOptions& options);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_DATA_SFT_DATASET_H_

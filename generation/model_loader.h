@@ -1,0 +1,44 @@
+// Putting checkpoint weights into a built model: one ParameterArena in the requested dtype on
+// the requested device, filled from a StateDict (copying and converting as needed), and the
+// llama2.c path (a .bin file -> model + weights) that the llama2.c-compatible tools use.
+#ifndef CCTUNE_GENERATION_MODEL_LOADER_H_
+#define CCTUNE_GENERATION_MODEL_LOADER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "models/registry.h"
+#include "modules/parameters.h"
+#include "modules/transformer_decoder.h"
+
+namespace cctune {
+
+// A model with its weights. The arena owns the parameter memory the model's views point at.
+struct LoadedModel {
+  std::unique_ptr<TransformerDecoder> model;
+  ParameterArena arena;
+};
+
+// Lays out `model`'s parameters in `dtype` on `device` and loads `state_dict` into them
+// (strict: missing, unexpected and mis-shaped tensors are errors naming them). An
+// "output.weight" that is the same tensor as "tok_embeddings.weight" (a checkpoint's alias of
+// a tied classifier) is ignored when the model ties its output itself.
+absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
+                                           DType dtype, const Device& device);
+
+// The builder arguments of "cctune.models.llama2c.llama2c" for a llama2.c .bin header
+// (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative when the classifier is
+// separate), seq_len).
+absl::StatusOr<ModelArgs> Llama2cModelArgs(const std::string& bin_path);
+
+// Reads a llama2.c .bin file, builds its model and loads the weights.
+absl::StatusOr<LoadedModel> LoadLlama2cModel(const std::string& bin_path, DType dtype = DType::kF32,
+                                             const Device& device = Device::Cpu());
+
+}  // namespace cctune
+
+#endif  // CCTUNE_GENERATION_MODEL_LOADER_H_

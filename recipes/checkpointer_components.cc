@@ -1,0 +1,258 @@
+#include "recipes/checkpointer_components.h"
+
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/hf.h"
+#include "checkpoint/llama2c.h"
+#include "core/status.h"
+
+namespace cctune {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status DirectoryExists(const ConfigNode& node) {
+  if (!node.IsScalar() || node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
+  std::error_code ec;
+  if (fs::is_directory(node.string_value(), ec)) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("checkpoint directory '", node.string_value(), "' does not exist"));
+}
+
+// checkpoint_files: a list of file names, or torchtune's {filename_format, max_filename}.
+absl::Status FilesShape(const ConfigNode& node) {
+  if (node.IsList()) {
+    if (node.size() == 0) return absl::InvalidArgumentError("checkpoint_files is empty");
+    for (const ConfigNode& item : node.items()) {
+      if (item.kind() != ConfigNode::Kind::kString) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint_files items must be file names, got ", item.Describe()));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (node.IsMap() && node.Child("filename_format") != nullptr &&
+      node.Child("max_filename") != nullptr) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint_files must be a list of file names or a map with filename_format and "
+      "max_filename, got ",
+      node.Describe()));
+}
+
+// The file names of checkpoint_files, expanding torchtune's filename_format form
+// ("model-{}-of-{}.safetensors" with max_filename "00004").
+absl::StatusOr<std::vector<std::string>> FileNames(const ConfigNode& node) {
+  CCTUNE_RETURN_IF_ERROR(FilesShape(node));
+  std::vector<std::string> names;
+  if (node.IsList()) {
+    for (const ConfigNode& item : node.items()) names.push_back(item.string_value());
+    return names;
+  }
+  CCTUNE_ASSIGN_OR_RETURN(std::string format, node.GetString("filename_format"));
+  CCTUNE_ASSIGN_OR_RETURN(std::string max_text, node.GetString("max_filename"));
+  int max = 0;
+  if (!absl::SimpleAtoi(max_text, &max) || max < 1 || absl::StrContains(format, "{}") == false) {
+    return node.Error(absl::StrCat("checkpoint_files: cannot expand filename_format '", format,
+                                   "' with max_filename '", max_text, "'"));
+  }
+  for (int i = 1; i <= max; ++i) {
+    std::string index = absl::StrCat(i);
+    index = std::string(max_text.size() > index.size() ? max_text.size() - index.size() : 0, '0') +
+            index;
+    std::string name = format;
+    const size_t a = name.find("{}");
+    name.replace(a, 2, index);
+    const size_t b = name.find("{}");
+    if (b != std::string::npos) name.replace(b, 2, max_text);
+    names.push_back(name);
+  }
+  return names;
+}
+
+// The full paths of the files, each of which must exist.
+absl::StatusOr<std::vector<std::string>> ExistingFiles(const ConfigNode& node) {
+  CCTUNE_ASSIGN_OR_RETURN(std::string dir, node.GetString("checkpoint_dir"));
+  CCTUNE_ASSIGN_OR_RETURN(const ConfigNode* files_node, node.Get("checkpoint_files"));
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> names, FileNames(*files_node));
+  std::vector<std::string> paths;
+  for (const std::string& name : names) {
+    const std::string path = (fs::path(dir) / name).string();
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) {
+      return files_node->Error(absl::StrCat("checkpoint file '", path, "' does not exist"));
+    }
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+Schema CommonSchema(std::string doc) {
+  return Schema("", std::move(doc))
+      .Required("checkpoint_dir", KeyType::String(), "directory holding the checkpoint files")
+      .Check("checkpoint_dir", DirectoryExists)
+      .Required("checkpoint_files", KeyType::Any(),
+                "file names inside checkpoint_dir (a list, or {filename_format, max_filename})")
+      .Check("checkpoint_files", FilesShape)
+      .Optional("output_dir", KeyType::String().OrNull(), "where a training recipe saves")
+      .Optional("adapter_checkpoint", KeyType::String().OrNull(), "unsupported; must be null")
+      .Optional("recipe_checkpoint", KeyType::String().OrNull(), "unsupported; must be null")
+      .Default("resume_from_checkpoint", KeyType::Bool(), ConfigNode::Bool(false),
+               "unsupported; must be false")
+      .Default("safe_serialization", KeyType::Bool(), ConfigNode::Bool(true),
+               "save as safetensors (always)")
+      .Optional("should_load_recipe_state", KeyType::Bool(), "ignored by generation");
+}
+
+absl::Status RejectResume(const ConfigNode& node) {
+  CCTUNE_ASSIGN_OR_RETURN(bool resume, node.GetBool("resume_from_checkpoint"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> adapter,
+                          node.GetOptionalString("adapter_checkpoint"));
+  if (resume || adapter.has_value()) {
+    return absl::UnimplementedError(
+        "resume_from_checkpoint and adapter_checkpoint are not supported yet");
+  }
+  return absl::OkStatus();
+}
+
+// torchtune's ModelType values this loader understands, and whether q/k need the HF -> Meta
+// (interleaved RoPE) permutation.
+const std::set<std::string>& HfModelTypes() {
+  static const auto* types =
+      new std::set<std::string>{"LLAMA2", "LLAMA3", "LLAMA3_2", "MISTRAL", "QWEN2", "LLAMA2C"};
+  return *types;
+}
+
+class HfCheckpointer final : public Checkpointer {
+ public:
+  HfCheckpointer(std::string dir, std::vector<std::string> files, std::string model_type)
+      : dir_(std::move(dir)), files_(std::move(files)), model_type_(std::move(model_type)) {}
+
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+    HfLoadOptions options;
+    options.permute_qk = model_type_ != "QWEN2";  // torchtune's Qwen2 rotates half-split
+    options.alias_tied_output = true;
+    CCTUNE_ASSIGN_OR_RETURN(HfCheckpoint ck, LoadHfCheckpoint(dir_, options));
+    // Every configured file must be one the checkpoint is made of.
+    std::set<std::string> read;
+    for (const std::string& f : ck.files) read.insert(fs::path(f).filename().string());
+    for (const std::string& f : files_) {
+      if (read.count(fs::path(f).filename().string()) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint_files lists '", f, "', but the checkpoint in ", dir_,
+                         " consists of: ", absl::StrJoin(read, ", ")));
+      }
+    }
+    LoadedCheckpoint out;
+    out.state_dict = std::move(ck.state_dict);
+    out.files = std::move(ck.files);
+    return out;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::string model_type_;
+};
+
+class Llama2cCheckpointer final : public Checkpointer {
+ public:
+  explicit Llama2cCheckpointer(std::string path) : path_(std::move(path)) {}
+
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+    CCTUNE_ASSIGN_OR_RETURN(Llama2cCheckpoint ck, LoadLlama2c(path_));
+    const Llama2cHeader& c = ck.config;
+    LoadedCheckpoint out;
+    out.state_dict = std::move(ck.state_dict);
+    out.model_args = {
+        {"dim", absl::StrCat(c.dim)},
+        {"hidden_dim", absl::StrCat(c.hidden_dim)},
+        {"n_layers", absl::StrCat(c.n_layers)},
+        {"n_heads", absl::StrCat(c.n_heads)},
+        {"n_kv_heads", absl::StrCat(c.n_kv_heads)},
+        {"vocab_size", absl::StrCat(c.shared_classifier ? c.vocab_size : -c.vocab_size)},
+        {"seq_len", absl::StrCat(c.seq_len)}};
+    out.files = {path_};
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<ConfigError>* errors) {
+  const ConfigNode* dir = checkpointer.Find("checkpoint_dir");
+  const ConfigNode* files = checkpointer.Find("checkpoint_files");
+  if (dir == nullptr || files == nullptr || dir->kind() != ConfigNode::Kind::kString) return;
+  std::error_code ec;
+  if (!fs::is_directory(dir->string_value(), ec)) return;  // reported by the schema check
+  absl::StatusOr<std::vector<std::string>> names = FileNames(*files);
+  if (!names.ok()) return;  // reported by the schema check
+  for (size_t i = 0; i < names->size(); ++i) {
+    const std::string path = (fs::path(dir->string_value()) / (*names)[i]).string();
+    if (fs::is_regular_file(path, ec)) continue;
+    const ConfigNode& where = files->IsList() ? files->items()[i] : *files;
+    errors->push_back(where.MakeError(absl::StrCat("checkpoint file '", path, "' does not exist")));
+  }
+}
+
+CheckpointerRegistryT& CheckpointerRegistry() {
+  static CheckpointerRegistryT* const r = new CheckpointerRegistryT("checkpointer");
+  return *r;
+}
+
+absl::Status RegisterCheckpointers() {
+  static const absl::Status status = [] {
+    CheckpointerRegistryT& r = CheckpointerRegistry();
+    std::vector<std::string> types(HfModelTypes().begin(), HfModelTypes().end());
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.training.FullModelHFCheckpointer",
+        CommonSchema("a Hugging Face checkpoint: config.json + safetensors (sharded or not)")
+            .Required("model_type", KeyType::Enum(types), "torchtune ModelType"),
+        [](const ConfigNode& node) -> absl::StatusOr<std::unique_ptr<Checkpointer>> {
+          CCTUNE_RETURN_IF_ERROR(RejectResume(node));
+          CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExistingFiles(node));
+          for (const std::string& f : files) {
+            if (!absl::EndsWith(f, ".safetensors")) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "checkpoint file '", f,
+                  "' is not a .safetensors file; only safetensors checkpoints are supported "
+                  "(convert PyTorch .bin/.pt files with transformers' save_pretrained)"));
+            }
+          }
+          CCTUNE_ASSIGN_OR_RETURN(std::string dir, node.GetString("checkpoint_dir"));
+          CCTUNE_ASSIGN_OR_RETURN(std::string type, node.GetString("model_type"));
+          return std::unique_ptr<Checkpointer>(
+              new HfCheckpointer(std::move(dir), std::move(files), std::move(type)));
+        }));
+    CCTUNE_RETURN_IF_ERROR(r.AddAlias("torchtune.utils.FullModelHFCheckpointer",
+                                      "cctune.training.FullModelHFCheckpointer"));
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.training.Llama2cCheckpointer",
+        CommonSchema("a llama2.c checkpoint: one .bin file (7-int header, then f32 weights)")
+            .Optional("model_type", KeyType::String(), "informational (e.g. LLAMA2C)"),
+        [](const ConfigNode& node) -> absl::StatusOr<std::unique_ptr<Checkpointer>> {
+          CCTUNE_RETURN_IF_ERROR(RejectResume(node));
+          CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExistingFiles(node));
+          if (files.size() != 1) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "a llama2.c checkpoint is one .bin file; checkpoint_files names ", files.size()));
+          }
+          return std::unique_ptr<Checkpointer>(new Llama2cCheckpointer(files[0]));
+        }));
+    return absl::OkStatus();
+  }();
+  return status;
+}
+
+}  // namespace cctune

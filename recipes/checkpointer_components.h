@@ -1,0 +1,50 @@
+// Checkpointer components for recipes, named as torchtune names them:
+//   cctune.training.FullModelHFCheckpointer   (torchtune.training.FullModelHFCheckpointer,
+//                                              torchtune.utils.FullModelHFCheckpointer)
+//   cctune.training.Llama2cCheckpointer       (a llama2.c .bin file)
+// A checkpointer loads a StateDict in torchtune names, plus the model-builder arguments the
+// checkpoint itself determines (a llama2.c header fixes the architecture).
+#ifndef CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_
+#define CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
+#include "config/registry.h"
+#include "models/registry.h"
+
+namespace cctune {
+
+struct LoadedCheckpoint {
+  StateDict state_dict;  // torchtune names; may be zero-copy views on mapped files
+  // Builder arguments implied by the checkpoint (e.g. a llama2.c header); the model component
+  // uses them for keys its config node leaves out.
+  ModelArgs model_args;
+  std::vector<std::string> files;  // what was read
+};
+
+class Checkpointer {
+ public:
+  virtual ~Checkpointer() = default;
+  virtual absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() = 0;
+};
+
+using CheckpointerRegistryT = Registry<std::unique_ptr<Checkpointer>>;
+// Component kind "checkpointer".
+CheckpointerRegistryT& CheckpointerRegistry();
+
+// Appends an error for each file of a checkpointer node (checkpoint_dir + checkpoint_files)
+// that does not exist. Validate() checks keys and types only; recipes call this too so that a
+// missing checkpoint is reported before anything is loaded.
+void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<ConfigError>* errors);
+
+// Registers the checkpointers above (idempotent, thread-safe).
+absl::Status RegisterCheckpointers();
+
+}  // namespace cctune
+
+#endif  // CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_

@@ -1,0 +1,122 @@
+#include "recipes/checkpointer_components.h"
+
+#include <fstream>
+
+#include "config/config.h"
+#include "generation/model_loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/tiny/tiny.h"
+#include "tests/llama2c_fixture.h"
+#include "tests/subprocess.h"
+
+namespace cctune {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Assets() { return testing::RunfilePath("tests/assets/checkpoint"); }
+
+absl::StatusOr<LoadedCheckpoint> Load(const std::string& yaml) {
+  CCTUNE_CHECK_OK(RegisterCheckpointers());
+  absl::StatusOr<Config> cfg = Config::FromString(yaml, "ck.yaml");
+  CCTUNE_CHECK_OK(cfg);
+  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> ck,
+                          CheckpointerRegistry().InstantiateKey(cfg->root(), "checkpointer"));
+  return ck->LoadCheckpoint();
+}
+
+TEST(HfCheckpointerTest, LoadsIntoAMatchingModel) {
+  auto ck = Load(
+      "checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n"
+      "  checkpoint_dir: " +
+      Assets() +
+      "/tiny_llama\n"
+      "  checkpoint_files: [model.safetensors]\n  model_type: LLAMA2\n"
+      "  output_dir: /tmp\n");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ(ck->state_dict.count("layers.1.attn.q_proj.weight"), 1u);
+  EXPECT_TRUE(ck->model_args.empty());
+  // config.json: vocab 32, 2 layers, 4/2 heads, hidden 16, intermediate 24, 64 positions.
+  auto model = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
+  EXPECT_TRUE(LoadWeights(*model, ck->state_dict, DType::kF32, Device::Cpu()).ok());
+}
+
+TEST(HfCheckpointerTest, ShardedWithFilenameFormatAndOldSpelling) {
+  auto ck = Load(
+      "checkpointer:\n  _component_: torchtune.utils.FullModelHFCheckpointer\n"
+      "  checkpoint_dir: " +
+      Assets() +
+      "/tiny_llama_sharded\n"
+      "  checkpoint_files:\n    filename_format: model-{}-of-{}.safetensors\n"
+      "    max_filename: \"00003\"\n  model_type: LLAMA3\n");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ(ck->files.size(), 3u);
+}
+
+TEST(HfCheckpointerTest, Errors) {
+  const std::string head =
+      "checkpointer:\n  _component_: cctune.training.FullModelHFCheckpointer\n";
+  auto ck = Load(head + "  checkpoint_dir: " + Assets() +
+                 "/tiny_llama\n"
+                 "  checkpoint_files: [pytorch_model.bin]\n  model_type: LLAMA2\n");
+  ASSERT_FALSE(ck.ok());
+  EXPECT_THAT(std::string(ck.status().message()), HasSubstr("pytorch_model.bin' does not exist"));
+  ck = Load(head +
+            "  checkpoint_dir: /no/such/dir\n  checkpoint_files: [model.safetensors]\n"
+            "  model_type: LLAMA2\n");
+  ASSERT_FALSE(ck.ok());
+  EXPECT_THAT(std::string(ck.status().message()),
+              HasSubstr("checkpoint directory '/no/such/dir' does not exist"));
+  ck = Load(head + "  checkpoint_dir: " + Assets() +
+            "/tiny_llama\n"
+            "  checkpoint_files: [model.safetensors]\n  model_type: GPT2\n");
+  ASSERT_FALSE(ck.ok());
+  EXPECT_THAT(std::string(ck.status().message()), HasSubstr("model_type"));
+  // A pickle file that exists is refused by name.
+  const std::string dir = testing::TestTempDir("hf_bin");
+  std::ofstream(dir + "/pytorch_model.bin") << "x";
+  ck = Load(head + "  checkpoint_dir: " + dir +
+            "\n  checkpoint_files: [pytorch_model.bin]\n"
+            "  model_type: LLAMA2\n");
+  ASSERT_FALSE(ck.ok());
+  EXPECT_THAT(std::string(ck.status().message()), HasSubstr("only safetensors"));
+}
+
+TEST(Llama2cCheckpointerTest, HeaderGivesModelArguments) {
+  const std::string dir = testing::TestTempDir("llama2c_ck");
+  ASSERT_TRUE(testing::WriteLlama2cFixture(dir).ok());
+  auto ck = Load(
+      "checkpointer:\n  _component_: cctune.training.Llama2cCheckpointer\n"
+      "  checkpoint_dir: " +
+      dir + "\n  checkpoint_files: [model.bin]\n");
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ(ck->model_args.at("dim"), "32");
+  EXPECT_EQ(ck->model_args.at("n_kv_heads"), "2");
+  EXPECT_EQ(ck->model_args.at("vocab_size"), "300");
+  EXPECT_EQ(ck->model_args.at("seq_len"), "64");
+  auto two = Load(
+      "checkpointer:\n  _component_: cctune.training.Llama2cCheckpointer\n"
+      "  checkpoint_dir: " +
+      dir + "\n  checkpoint_files: [model.bin, tok.bin]\n");
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(std::string(two.status().message()), HasSubstr("one .bin file"));
+}
+
+TEST(CheckCheckpointFilesExistTest, ReportsEachMissingFileAtItsLine) {
+  const std::string dir = testing::TestTempDir("ck_files");
+  ASSERT_TRUE(testing::WriteLlama2cFixture(dir).ok());
+  Config cfg = ValueOrDie(Config::FromString("checkpointer:\n  checkpoint_dir: " + dir +
+                                                 "\n  checkpoint_files:\n    - model.bin\n"
+                                                 "    - a.bin\n    - b.bin\n",
+                                             "ck.yaml"));
+  std::vector<ConfigError> errors;
+  CheckCheckpointFilesExist(*cfg.Find("checkpointer"), &errors);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_THAT(errors[0].ToString(), HasSubstr("ck.yaml:5"));
+  EXPECT_THAT(errors[0].ToString(), HasSubstr("a.bin' does not exist"));
+  EXPECT_THAT(errors[1].ToString(), HasSubstr("ck.yaml:6"));
+}
+
+}  // namespace
+}  // namespace cctune

@@ -1,0 +1,229 @@
+#include "recipes/cli.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "recipes/builtin_configs.h"
+#include "recipes/generate_recipe.h"
+
+namespace cctune {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] =
+    "usage: cctune [-h] {ls,cp,validate,run} ...\n"
+    "\n"
+    "Welcome to the cctune CLI!\n"
+    "\n"
+    "commands:\n"
+    "  ls          List all built-in recipes and configs\n"
+    "  cp          Copy a built-in config to a local path\n"
+    "  validate    Validate a config and ensure that it is well-formed\n"
+    "  run         Run a recipe: cctune run <recipe> --config <name|path> [key=value ...]\n";
+
+const RecipeInfo* FindRecipe(absl::string_view name) {
+  for (const RecipeInfo& r : Recipes()) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+// The recipe a built-in config belongs to, or nullptr.
+const RecipeInfo* RecipeOfConfig(absl::string_view config) {
+  const EmbeddedConfig* builtin = FindBuiltinConfig(config);
+  if (builtin == nullptr) return nullptr;
+  for (const RecipeInfo& r : Recipes()) {
+    for (const std::string& c : r.configs) {
+      if (c == builtin->name) return &r;
+    }
+  }
+  return nullptr;
+}
+
+int Ls() {
+  std::printf("%-40s %s\n", "RECIPE", "CONFIG");
+  for (const RecipeInfo& r : Recipes()) {
+    for (size_t i = 0; i < r.configs.size(); ++i) {
+      std::printf("%-40s %s\n", i == 0 ? r.name.c_str() : "", r.configs[i].c_str());
+    }
+    if (r.configs.empty()) std::printf("%-40s\n", r.name.c_str());
+  }
+  return 0;
+}
+
+int Cp(const std::vector<std::string>& args) {
+  std::vector<std::string> positional;
+  bool make_parents = false;
+  for (const std::string& a : args) {
+    if (a == "--make-parents") {
+      make_parents = true;
+    } else if (a == "-h" || a == "--help") {
+      std::printf(
+          "usage: cctune cp <config> <destination> [--make-parents]\n\n"
+          "Copies a built-in config (see `cctune ls`) to a local path to edit and run it.\n");
+      return 0;
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.size() != 2) {
+    std::fprintf(stderr, "usage: cctune cp <config> <destination> [--make-parents]\n");
+    return 2;
+  }
+  const std::string& name = positional[0];
+  const EmbeddedConfig* config = FindBuiltinConfig(name);
+  if (config == nullptr) {
+    if (FindRecipe(name) != nullptr) {
+      std::fprintf(stderr,
+                   "cctune cp: '%s' is a recipe; recipes are compiled into cctune and cannot "
+                   "be copied. Copy one of its configs instead (see `cctune ls`).\n",
+                   name.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "cctune cp: Invalid file name: %s. Try `cctune ls` to see all available "
+                   "files to copy.\n",
+                   name.c_str());
+    }
+    return 1;
+  }
+  fs::path dest(positional[1]);
+  std::error_code ec;
+  if (fs::is_directory(dest, ec)) {
+    dest /= fs::path(config->name).filename().string() + ".yaml";
+  } else if (!dest.has_extension()) {
+    dest += ".yaml";
+  }
+  if (dest.has_parent_path() && !fs::exists(dest.parent_path(), ec)) {
+    if (!make_parents) {
+      std::fprintf(stderr,
+                   "cctune cp: Cannot create regular file: '%s'. No such file or directory. "
+                   "If the specified destination's parent directory does not exist and you "
+                   "would like to create it on-the-fly, use the --make-parents flag.\n",
+                   dest.string().c_str());
+      return 1;
+    }
+    fs::create_directories(dest.parent_path(), ec);
+    if (ec) {
+      std::fprintf(stderr, "cctune cp: cannot create %s: %s\n", dest.parent_path().string().c_str(),
+                   ec.message().c_str());
+      return 1;
+    }
+  }
+  std::ofstream out(dest, std::ios::binary | std::ios::trunc);
+  out << config->yaml;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "cctune cp: cannot write %s\n", dest.string().c_str());
+    return 1;
+  }
+  std::printf("Copied file to %s\n", dest.string().c_str());
+  return 0;
+}
+
+int Validate(const std::vector<std::string>& args) {
+  std::string config_arg, recipe_name;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::printf(
+          "usage: cctune validate <config> [--recipe <name>] [key=value ...]\n\n"
+          "Checks the config against its recipe's keys and every component's keys, the ${} "
+          "references and the checkpoint files, and reports every problem at once.\n");
+      return 0;
+    }
+    if (a == "--recipe" && i + 1 < args.size()) {
+      recipe_name = args[++i];
+    } else if (a == "--config" && i + 1 < args.size() && config_arg.empty()) {
+      config_arg = args[++i];
+    } else if (config_arg.empty() && !absl::StrContains(a, "=") && !absl::StartsWith(a, "~")) {
+      config_arg = a;
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  if (config_arg.empty()) {
+    std::fprintf(stderr, "usage: cctune validate <config> [--recipe <name>] [key=value ...]\n");
+    return 2;
+  }
+  const RecipeInfo* recipe = nullptr;
+  if (!recipe_name.empty()) {
+    recipe = FindRecipe(recipe_name);
+    if (recipe == nullptr) {
+      std::fprintf(stderr, "cctune validate: unknown recipe '%s' (see `cctune ls`)\n",
+                   recipe_name.c_str());
+      return 1;
+    }
+  } else {
+    recipe = RecipeOfConfig(config_arg);
+    if (recipe == nullptr) recipe = FindRecipe("generate");  // the only recipe so far
+  }
+  absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<ConfigError> errors = recipe->validate(*config);
+  if (!errors.empty()) {
+    std::fprintf(stderr, "%s\n", std::string(ErrorsToStatus(errors).message()).c_str());
+    return 1;
+  }
+  std::printf("Config is well-formed!\n");
+  return 0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::printf("usage: cctune run <recipe> --config <name|path> [key=value ...]\n\nrecipes:");
+    for (const RecipeInfo& r : Recipes()) std::printf(" %s", r.name.c_str());
+    std::printf("\n");
+    return args.empty() ? 2 : 0;
+  }
+  const RecipeInfo* recipe = FindRecipe(args[0]);
+  if (recipe == nullptr) {
+    std::fprintf(stderr, "cctune run: unknown recipe '%s'. Try `cctune ls`.\n", args[0].c_str());
+    return 1;
+  }
+  return recipe->main(std::vector<std::string>(args.begin() + 1, args.end()));
+}
+
+}  // namespace
+
+const std::vector<RecipeInfo>& Recipes() {
+  static const auto* const recipes = new std::vector<RecipeInfo>{
+      RecipeInfo{"generate",
+                 {"llama2/7B_generation", "llama3_1/8B_generation", "llama3_2/1B_generation",
+                  "llama2c/generation"},
+                 GenerateMain,
+                 ValidateGenerateConfig},
+  };
+  return *recipes;
+}
+
+int CctuneMain(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  const std::string& verb = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (verb == "-h" || verb == "--help") {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (verb == "ls") return Ls();
+  if (verb == "cp") return Cp(rest);
+  if (verb == "validate") return Validate(rest);
+  if (verb == "run") return Run(rest);
+  std::fprintf(stderr, "cctune: invalid choice: '%s' (choose from ls, cp, validate, run)\n%s",
+               verb.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace cctune

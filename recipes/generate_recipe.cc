@@ -1,0 +1,339 @@
+#include "recipes/generate_recipe.h"
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "config/validate.h"
+#include "core/device.h"
+#include "core/device_interface.h"
+#include "core/random.h"
+#include "core/status.h"
+#include "generation/generate.h"
+#include "generation/model_loader.h"
+#include "modules/attention.h"
+#include "recipes/builtin_configs.h"
+#include "recipes/checkpointer_components.h"
+#include "recipes/model_components.h"
+#include "recipes/tokenizer_components.h"
+#include "tokenizers/prompt_template.h"
+
+namespace cctune {
+
+namespace {
+
+absl::Status DeviceName(const ConfigNode& node) {
+  if (node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
+  absl::StatusOr<Device> d = ParseDevice(node.string_value());
+  if (!d.ok()) return d.status();
+  if (d->is_meta()) return absl::InvalidArgumentError("generation cannot run on the meta device");
+  return absl::OkStatus();
+}
+
+absl::Status AtLeastOne(const ConfigNode& node) {
+  if (node.kind() == ConfigNode::Kind::kInt && node.int_value() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("must be >= 1, got ", node.int_value()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NonNegative(const ConfigNode& node) {
+  if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
+      !(node.float_value() >= 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("must be >= 0, got ", node.text()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Probability(const ConfigNode& node) {
+  if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
+      !(node.float_value() > 0.0 && node.float_value() <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("must be in (0, 1], got ", node.text()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MustBeNull(const ConfigNode& node) {
+  if (node.IsNull()) return absl::OkStatus();
+  return absl::UnimplementedError("quantization is not supported yet; set quantizer: null");
+}
+
+Schema PromptSchema() {
+  return Schema("prompt", "the chat messages to continue")
+      .Default("system", KeyType::String().OrNull(), ConfigNode::Null(),
+               "system message (null: none)")
+      .Required("user", KeyType::String(), "user message");
+}
+
+Schema BuildSchema() {
+  return Schema("generate", "text generation (recipes/generate)")
+      .Optional("output_dir", KeyType::String().OrNull(),
+                "where outputs go (unused by generation; kept for torchtune configs)")
+      .Optional("shared_dir", KeyType::String(),
+                "a base folder that other keys refer to as ${shared_dir}")
+      .Required("model", KeyType::Component("model"), "model builder (cctune.models.*)")
+      .Required("checkpointer", KeyType::Component("checkpointer"), "where the weights come from")
+      .Required("tokenizer", KeyType::Component("tokenizer"), "tokenizer and prompt template")
+      .Default("device", KeyType::String(), ConfigNode::String("cpu"), "cpu, cuda or cuda:N")
+      .Check("device", DeviceName)
+      .Default("dtype", KeyType::Enum({"fp32", "bf16"}), ConfigNode::String("fp32"),
+               "dtype of the weights and of the KV cache (activations accumulate in f32)")
+      .Default("seed", KeyType::Int().OrNull(), ConfigNode::Null(),
+               "sampling seed (null: a random one, logged)")
+      .Required("prompt", KeyType::Object(PromptSchema()), "prompt.system and prompt.user")
+      .Required("max_new_tokens", KeyType::Int(), "most tokens to generate")
+      .Check("max_new_tokens", AtLeastOne)
+      .Default("temperature", KeyType::Float(), ConfigNode::Float(1.0),
+               "softmax temperature (0: greedy)")
+      .Check("temperature", NonNegative)
+      .Default("top_k", KeyType::Int().OrNull(), ConfigNode::Null(),
+               "sample among the k most likely tokens (null: all)")
+      .Check("top_k", AtLeastOne)
+      .Default("top_p", KeyType::Float(), ConfigNode::Float(1.0),
+               "nucleus sampling: the smallest set reaching this probability (1: off)")
+      .Check("top_p", Probability)
+      .Default("enable_kv_cache", KeyType::Bool(), ConfigNode::Bool(true),
+               "decode incrementally with a KV cache (false: recompute everything)")
+      .Default("kv_cache_layout", KeyType::Enum({"grouped", "expanded"}),
+               ConfigNode::String("grouped"),
+               "grouped: n_kv heads cached; expanded: n_h heads (torchtune before #1961)")
+      .Default("quantizer", KeyType::Any().OrNull(), ConfigNode::Null(), "must be null")
+      .Check("quantizer", MustBeNull);
+}
+
+absl::StatusOr<DType> RecipeDType(const std::string& name) {
+  if (name == "fp32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("dtype '", name, "': expected fp32 or bf16"));
+}
+
+double Gb(double bytes) { return bytes / 1e9; }
+
+}  // namespace
+
+const Schema& GenerateRecipeSchema() {
+  static const Schema* const schema = new Schema(BuildSchema());
+  return *schema;
+}
+
+absl::Status RegisterGenerateComponents() {
+  CCTUNE_RETURN_IF_ERROR(RegisterModelComponents());
+  CCTUNE_RETURN_IF_ERROR(RegisterCheckpointers());
+  CCTUNE_RETURN_IF_ERROR(RegisterTokenizers());
+  return absl::OkStatus();
+}
+
+std::vector<ConfigError> ValidateGenerateConfig(const Config& config) {
+  CCTUNE_CHECK_OK(RegisterGenerateComponents());
+  std::vector<ConfigError> errors = Validate(config, GenerateRecipeSchema());
+  // Files the checkpointer would read: on the resolved tree (a copy when unresolved).
+  Config resolved = config;
+  if (!resolved.resolved()) resolved.ResolveCollectingErrors();  // errors already reported
+  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
+    CheckCheckpointFilesExist(*ck, &errors);
+  }
+  return errors;
+}
+
+absl::Status RunGenerateRecipe(const Config& config) {
+  CCTUNE_RETURN_IF_ERROR(RegisterGenerateComponents());
+  const ConfigNode root = WithDefaults(config.root(), GenerateRecipeSchema());
+
+  CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
+  CCTUNE_ASSIGN_OR_RETURN(Device device, ParseDevice(device_name));
+  if (!DeviceAvailable(device)) {
+    CCTUNE_RETURN_IF_ERROR(GetDeviceInterface(device.type).status());
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", device.ToString(), " is not available on this machine"));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(std::string dtype_name, root.GetString("dtype"));
+  CCTUNE_ASSIGN_OR_RETURN(DType dtype, RecipeDType(dtype_name));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> seed_opt, root.GetOptionalInt("seed"));
+  uint64_t seed;
+  if (seed_opt.has_value()) {
+    seed = static_cast<uint64_t>(*seed_opt);
+  } else {
+    seed = (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+    std::fprintf(stderr, "Setting manual seed to local seed %llu.\n",
+                 static_cast<unsigned long long>(seed));
+  }
+
+  // Tokenizer, checkpoint, model (torchtune's order: the checkpoint before the model, so that
+  // a llama2.c header can size it).
+  CCTUNE_ASSIGN_OR_RETURN(TokenizerComponent tok,
+                          TokenizerRegistry().InstantiateKey(root, "tokenizer"));
+  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
+                          CheckpointerRegistry().InstantiateKey(root, "checkpointer"));
+  CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
+  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
+                          ModelComponentRegistry().InstantiateKey(root, "model", ckpt.model_args));
+  CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
+                          LoadWeights(*model, ckpt.state_dict, dtype, device));
+  ckpt = LoadedCheckpoint();  // unmaps the files
+  if (tok.tokenizer->vocab_size() > model->vocab_size()) {
+    std::fprintf(stderr, "Note: the tokenizer has %d tokens, the model %lld.\n",
+                 tok.tokenizer->vocab_size(), static_cast<long long>(model->vocab_size()));
+  }
+
+  // The prompt: prompt.system (optional) and prompt.user through the template, with the
+  // assistant's turn left open.
+  std::vector<Message> messages;
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> system,
+                          root.GetOptionalString("prompt.system"));
+  if (system.has_value()) {
+    Message m;
+    m.role = Role::kSystem;
+    m.content = *system;
+    messages.push_back(std::move(m));
+  }
+  Message user;
+  user.role = Role::kUser;
+  CCTUNE_ASSIGN_OR_RETURN(user.content, root.GetString("prompt.user"));
+  messages.push_back(std::move(user));
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                          InferencePrompt(*tok.tokenizer, tok.prompt_format, messages));
+  if (tok.max_seq_len.has_value() && static_cast<int64_t>(prompt.size()) > *tok.max_seq_len) {
+    prompt.resize(*tok.max_seq_len);
+  }
+
+  CCTUNE_ASSIGN_OR_RETURN(int64_t max_new_tokens, root.GetInt("max_new_tokens"));
+  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
+  if (total > model->max_seq_len()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt (", prompt.size(), " tokens) plus max_new_tokens (", max_new_tokens, ") is ",
+        total, " tokens, more than the model's max_seq_len (", model->max_seq_len(), ")"));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(bool enable_kv_cache, root.GetBool("enable_kv_cache"));
+  CCTUNE_ASSIGN_OR_RETURN(std::string layout_name, root.GetString("kv_cache_layout"));
+  CCTUNE_ASSIGN_OR_RETURN(KvCacheLayout layout, ParseKvCacheLayout(layout_name));
+  if (enable_kv_cache) {
+    // As torchtune's recipe: one row, sized for this prompt plus the new tokens.
+    CCTUNE_RETURN_IF_ERROR(model->SetupCaches(1, dtype, total, layout));
+  }
+
+  GenerateOptions options;
+  options.max_new_tokens = max_new_tokens;
+  options.pad_id = -1;  // one unpadded row: no id is padding
+  CCTUNE_ASSIGN_OR_RETURN(double temperature, root.GetFloat("temperature"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, root.GetOptionalInt("top_k"));
+  CCTUNE_ASSIGN_OR_RETURN(double top_p, root.GetFloat("top_p"));
+  options.sampling.temperature = static_cast<float>(temperature);
+  options.sampling.top_k = top_k.value_or(0);
+  options.sampling.top_p = static_cast<float>(top_p);
+  for (int32_t id : tok.tokenizer->stop_tokens()) {
+    if (id < model->vocab_size()) options.stop_tokens.push_back(id);
+  }
+  Generator gen(seed);
+  CCTUNE_ASSIGN_OR_RETURN(Tensor prompt_tensor, LeftPad({prompt}, options.pad_id));
+
+  ResetPeakMemory(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  CCTUNE_ASSIGN_OR_RETURN(GenerateResult result, Generate(*model, prompt_tensor, options, gen));
+  if (!device.is_cpu()) {
+    CCTUNE_ASSIGN_OR_RETURN(DeviceInterface * iface, GetDeviceInterface(device.type));
+    CCTUNE_RETURN_IF_ERROR(iface->Synchronize(device.index));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // stdout: the prompt and the generation, decoded as torchtune prints them.
+  std::vector<int32_t> ids = prompt;
+  ids.insert(ids.end(), result.generated[0].begin(), result.generated[0].end());
+  CCTUNE_ASSIGN_OR_RETURN(std::string text, tok.DecodeForPrint(ids));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+
+  // stderr: the figures (docs/generation.md defines them).
+  const int64_t n = result.num_generated;
+  const double tokens_per_sec = seconds > 0 ? n / seconds : 0.0;
+  double weight_bytes = 0;
+  for (const auto& named : arena.named_tensors()) weight_bytes += named.second.nbytes();
+  const double kv_bytes = static_cast<double>(model->KvCacheBytes());
+  const double kv_bytes_per_position = enable_kv_cache ? kv_bytes / total : 0.0;
+  const double bytes_read =
+      result.num_forward_passes * weight_bytes + result.kv_positions_read * kv_bytes_per_position;
+  const double bytes_per_token = n > 0 ? bytes_read / n : 0.0;
+  std::fprintf(stderr, "Time for inference: %.02f sec total, %.02f tokens/sec\n", seconds,
+               tokens_per_sec);
+  std::fprintf(stderr, "Bandwidth achieved: %.02f GB/s\n", Gb(bytes_per_token * tokens_per_sec));
+  std::fprintf(stderr, "Memory used: %.02f GB\n",
+               Gb(static_cast<double>(GetMemoryStats(device).peak_bytes)));
+  if (enable_kv_cache) {
+    const KVCache& cache = *model->layer(0).attn().kv_cache();
+    std::fprintf(stderr,
+                 "KV cache: %lld bytes (%.02f GB), layout %s, %zu layers x %lld heads x %lld "
+                 "positions x %lld head_dim, %s\n",
+                 static_cast<long long>(model->KvCacheBytes()), Gb(kv_bytes), layout_name.c_str(),
+                 model->num_layers(), static_cast<long long>(cache.num_kv_heads()),
+                 static_cast<long long>(cache.max_seq_len()),
+                 static_cast<long long>(cache.head_dim()), DTypeName(cache.dtype()));
+  } else {
+    std::fprintf(stderr, "KV cache: 0 bytes (0.00 GB), layout none (enable_kv_cache=false)\n");
+  }
+  return absl::OkStatus();
+}
+
+int GenerateMain(const std::vector<std::string>& args) {
+  std::string config_arg;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fprintf(stdout,
+                   "usage: generate --config <path or built-in name> [key=value ...]\n\n"
+                   "Keys (docs/config_reference.md):\n%s\nprompt keys:\n%s",
+                   GenerateRecipeSchema().Describe().c_str(), PromptSchema().Describe().c_str());
+      return 0;
+    }
+    if (a == "--config") {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "generate: --config needs a value\n");
+        return 2;
+      }
+      config_arg = args[++i];
+    } else if (absl::StartsWith(a, "--config=")) {
+      config_arg = a.substr(9);
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  if (config_arg.empty()) {
+    std::fprintf(stderr, "usage: generate --config <path or built-in name> [key=value ...]\n");
+    return 2;
+  }
+  absl::Status registered = RegisterGenerateComponents();
+  if (!registered.ok()) {
+    std::fprintf(stderr, "generate: %s\n", registered.ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<ConfigError> errors = ValidateGenerateConfig(*config);
+  if (!errors.empty()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(ErrorsToStatus(errors).message()).c_str());
+    return 1;
+  }
+  absl::Status resolved = config->Resolve();
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(resolved.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "Running generate with resolved config:\n\n%s\n", config->ToYaml().c_str());
+  absl::Status st = RunGenerateRecipe(*config);
+  if (!st.ok()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cctune

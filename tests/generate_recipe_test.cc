@@ -1,0 +1,245 @@
+// The generate recipe end to end, through its binary (//recipes:generate) and through
+// `cctune run generate`: stdout carries only the decoded text, stderr the resolved config and
+// the metric lines.
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/random.h"
+#include "generation/generate.h"
+#include "generation/model_loader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/llama2c_fixture.h"
+#include "tests/subprocess.h"
+#include "tests/util/shared_dir.h"
+#include "tokenizers/llama2c.h"
+
+namespace cctune {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ProcessResult;
+using testing::RunfilePath;
+using testing::RunProcess;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The value of the KV-cache line's byte count, or -1.
+int64_t KvBytes(const std::string& err) {
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex("\nKV cache: (\\d+) bytes"))) return -1;
+  return std::stoll(m[1]);
+}
+
+void ExpectMetricLines(const std::string& err) {
+  EXPECT_THAT(err, ContainsRegex("\nTime for inference: [0-9]+\\.[0-9][0-9] sec total, "
+                                 "[0-9]+\\.[0-9][0-9] tokens/sec\n"));
+  EXPECT_THAT(err, ContainsRegex("\nBandwidth achieved: [0-9]+\\.[0-9][0-9] GB/s\n"));
+  EXPECT_THAT(err, ContainsRegex("\nMemory used: [0-9]+\\.[0-9][0-9] GB\n"));
+  EXPECT_THAT(err, ContainsRegex("\nKV cache: [0-9]+ bytes \\([0-9]+\\.[0-9][0-9] GB\\), layout "
+                                 "(grouped|expanded|none)"));
+}
+
+class GenerateRecipeFixtureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TestTempDir("generate_recipe_fixture");
+    ASSERT_TRUE(testing::WriteLlama2cFixture(dir_).ok());
+    // The built-in llama2.c config, pointed at the fixture files.
+    base_ = {"--config",
+             "llama2c/generation",
+             "checkpointer.checkpoint_dir=" + dir_,
+             "checkpointer.checkpoint_files=[model.bin]",
+             "tokenizer.path=" + dir_ + "/tok.bin",
+             "temperature=0",
+             "max_new_tokens=20"};
+  }
+
+  // What the library generates for `prompt` (greedy), decoded like the recipe: the prompt
+  // followed by the generated text, then a newline.
+  std::string Expected(const std::string& prompt, int64_t max_new_tokens) {
+    LoadedModel m = ValueOrDie(LoadLlama2cModel(dir_ + "/model.bin"));
+    auto tok = ValueOrDie(Llama2cTokenizer::Load(dir_ + "/tok.bin"));
+    std::vector<int32_t> ids = tok->Encode(prompt, /*add_bos=*/true, /*add_eos=*/false);
+    GenerateOptions opts;
+    opts.max_new_tokens = max_new_tokens;
+    opts.sampling.temperature = 0.f;
+    opts.pad_id = -1;
+    opts.stop_tokens.assign(tok->stop_tokens().begin(), tok->stop_tokens().end());
+    Generator gen(0);
+    GenerateResult out = ValueOrDie(Generate(*m.model, ValueOrDie(LeftPad({ids}, -1)), opts, gen));
+    ids.insert(ids.end(), out.generated[0].begin(), out.generated[0].end());
+    return ValueOrDie(tok->Decode(ids)) + "\n";
+  }
+
+  ProcessResult RunRecipe(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {RunfilePath("recipes/generate")};
+    argv.insert(argv.end(), base_.begin(), base_.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  }
+
+  std::string dir_;
+  std::vector<std::string> base_;
+};
+
+TEST_F(GenerateRecipeFixtureTest, StdoutIsTheTextAndStderrHasTheMetrics) {
+  ProcessResult r = RunRecipe({"prompt.user=the cat"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("the cat", 20));
+  EXPECT_THAT(r.out, Not(HasSubstr("Time for inference")));
+  // stderr: the resolved config first (interpolations resolved), then the metrics.
+  EXPECT_THAT(r.err, HasSubstr("tokenizer:\n  _component_: cctune.models.llama2c.llama2c_tokenizer"
+                               "\n  path: " +
+                               dir_ + "/tok.bin"));
+  EXPECT_LT(r.err.find("max_new_tokens: 20"), r.err.find("Time for inference"));
+  ExpectMetricLines(r.err);
+  // 2 (k, v) x 2 layers x 2 KV heads x (prompt + 20) positions x head_dim 8 x 4 bytes.
+  auto tok = ValueOrDie(Llama2cTokenizer::Load(dir_ + "/tok.bin"));
+  const int64_t positions = tok->Encode("the cat", true, false).size() + 20;
+  EXPECT_EQ(KvBytes(r.err), 2 * 2 * 2 * positions * 8 * 4);
+  EXPECT_THAT(r.err, HasSubstr("layout grouped, 2 layers x 2 heads x"));
+}
+
+TEST_F(GenerateRecipeFixtureTest, LayoutsAndNoCacheGiveTheSameText) {
+  ProcessResult grouped = RunRecipe({"prompt.user=and then", "kv_cache_layout=grouped"});
+  ProcessResult expanded = RunRecipe({"prompt.user=and then", "kv_cache_layout=expanded"});
+  ProcessResult no_cache = RunRecipe({"prompt.user=and then", "enable_kv_cache=false"});
+  ASSERT_EQ(grouped.exit_code, 0) << grouped.err;
+  ASSERT_EQ(expanded.exit_code, 0) << expanded.err;
+  ASSERT_EQ(no_cache.exit_code, 0) << no_cache.err;
+  EXPECT_EQ(grouped.out, Expected("and then", 20));
+  EXPECT_EQ(expanded.out, grouped.out);
+  EXPECT_EQ(no_cache.out, grouped.out);
+  // n_h / n_kv = 4 / 2.
+  EXPECT_EQ(KvBytes(expanded.err), 2 * KvBytes(grouped.err));
+  EXPECT_THAT(expanded.err, HasSubstr("layout expanded, 2 layers x 4 heads x"));
+  EXPECT_THAT(no_cache.err, HasSubstr("KV cache: 0 bytes (0.00 GB), layout none"));
+  ExpectMetricLines(no_cache.err);
+}
+
+TEST_F(GenerateRecipeFixtureTest, SameSeedSameTextDifferentSeedDifferentText) {
+  std::vector<std::string> sampling = {"prompt.user=the", "temperature=1.0", "top_k=50",
+                                       "top_p=0.95", "max_new_tokens=40"};
+  auto with_seed = [&](int seed) {
+    std::vector<std::string> args = sampling;
+    args.push_back(absl::StrCat("seed=", seed));
+    return RunRecipe(args);
+  };
+  ProcessResult a = with_seed(1), b = with_seed(1), c = with_seed(2);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  EXPECT_NE(a.out, Expected("the", 40));  // not greedy
+}
+
+TEST_F(GenerateRecipeFixtureTest, CctuneRunGenerateIsTheSameRecipe) {
+  std::vector<std::string> argv = {RunfilePath("recipes/cctune"), "run", "generate"};
+  argv.insert(argv.end(), base_.begin(), base_.end());
+  argv.push_back("prompt.user=the cat");
+  ProcessResult r = RunProcess(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("the cat", 20));
+  ExpectMetricLines(r.err);
+}
+
+TEST_F(GenerateRecipeFixtureTest, ConfigFileWithOverrides) {
+  // A user's copy of a config, relative paths resolved against the working directory.
+  const std::string cfg = dir_ + "/my_generation.yaml";
+  std::ofstream(cfg) << "model:\n  _component_: torchtune.models.llama2c.llama2c\n"
+                        "checkpointer:\n  _component_: cctune.training.Llama2cCheckpointer\n"
+                        "  checkpoint_dir: .\n  checkpoint_files: [model.bin]\n"
+                        "tokenizer:\n  _component_: torchtune.models.llama2c.llama2c_tokenizer\n"
+                        "  path: ./tok.bin\n"
+                        "prompt:\n  user: the cat\n"
+                        "max_new_tokens: 5\ntemperature: 0.0\n";
+  ProcessResult r =
+      RunProcess({RunfilePath("recipes/generate"), "--config", cfg, "max_new_tokens=20"}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Expected("the cat", 20));
+}
+
+TEST_F(GenerateRecipeFixtureTest, ErrorsGoToStderrWithNonZeroExit) {
+  ProcessResult r = RunRecipe({"max_new_tokens=100"});  // 64 positions in the fixture model
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("max_seq_len (64)"));
+
+  r = RunRecipe({"quantizer={_component_: x}"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("quantizer"));
+
+  r = RunRecipe({"device=tpu"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("tpu"));
+
+  r = RunProcess({RunfilePath("recipes/generate")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("usage: generate --config"));
+
+  r = RunProcess({RunfilePath("recipes/generate"), "--config", "no/such_config"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("llama2c/generation"));  // lists the built-in names
+}
+
+// stories260K through the recipe binary and the built-in config: run.c's output exactly.
+class GenerateRecipeStories260KTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto bin = testing::SharedFile("models/stories260K/stories260K.bin");
+    if (!bin.ok()) GTEST_SKIP() << bin.status();
+    auto tok_path = testing::SharedFile("models/stories260K/tok512.bin");
+    if (!tok_path.ok()) GTEST_SKIP() << tok_path.status();
+    shared_ = ValueOrDie(testing::SharedDir());
+    tok_ = ValueOrDie(Llama2cTokenizer::Load(*tok_path));
+  }
+
+  // run.c -t 0 -n steps -i prompt.
+  ProcessResult RunC(const std::string& prompt, int64_t steps,
+                     std::vector<std::string> extra = {}) {
+    const int64_t prompt_tokens = tok_->Encode(prompt, true, false).size();
+    std::vector<std::string> argv = {
+        RunfilePath("recipes/generate"), "--config", "llama2c/generation", "shared_dir=" + shared_,
+        // '' keeps an empty prompt a string (not null)
+        "prompt.user=" + (prompt.empty() ? "''" : prompt), "temperature=0",
+        absl::StrCat("max_new_tokens=", steps + 1 - prompt_tokens)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunProcess(argv);
+  }
+
+  std::string Reference(const std::string& name) {
+    return ReadFile(shared_ + "/models/stories260K/reference/" + name);
+  }
+
+  std::string shared_;
+  std::unique_ptr<Llama2cTokenizer> tok_;
+};
+
+TEST_F(GenerateRecipeStories260KTest, ZooMatchesRunC) {
+  ProcessResult r = RunC("Zoo", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Reference("greedy_zoo_steps60.txt"));
+  ExpectMetricLines(r.err);
+}
+
+TEST_F(GenerateRecipeStories260KTest, GreedyFromBosMatchesRunC) {
+  for (const char* layout : {"kv_cache_layout=grouped", "kv_cache_layout=expanded"}) {
+    ProcessResult r = RunC("", 200, {layout});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, Reference("greedy_steps200.txt")) << layout;
+  }
+}
+
+}  // namespace
+}  // namespace cctune
