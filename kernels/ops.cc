@@ -296,6 +296,28 @@ absl::Status RopeCache(Tensor& cos, Tensor& sin, const Tensor& inv_freq) {
   return Dispatch(device, [&](OpBackend* be) { return be->RopeCache(cos, sin, inv_freq); });
 }
 
+namespace {
+// Shared by Rope and RopeBackward: x [b, s, n, h_d] with h_d even, f32 cos/sin tables
+// [max_seq_len, h_d/2], positions [b, s] or [s].
+absl::Status CheckRopeArgs(const char* op, const char* x_name, const Tensor& x,
+                           const Tensor& cos, const Tensor& sin, const Tensor& positions) {
+  CCTUNE_RETURN_IF_ERROR(CheckDType(op, "cos", cos, DType::kF32));
+  CCTUNE_RETURN_IF_ERROR(CheckDType(op, "sin", sin, DType::kF32));
+  CCTUNE_RETURN_IF_ERROR(CheckIndex(op, "positions", positions));
+  CCTUNE_RETURN_IF_ERROR(CheckRank(op, x_name, x, 4, "[b, s, n, h_d]"));
+  const int64_t b = x.size(0), s = x.size(1), hd = x.size(3);
+  if (hd % 2 != 0) return Invalid(StrCat(op, ": h_d (", hd, ") of ", x_name, " must be even"));
+  CCTUNE_RETURN_IF_ERROR(CheckRank(op, "cos", cos, 2, "[max_seq_len, h_d/2]"));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(op, "cos", cos, {cos.size(0), hd / 2}));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(op, "sin", sin, cos.shape()));
+  if (positions.shape() != Shape{b, s} && positions.shape() != Shape{s}) {
+    return Invalid(StrCat(op, ": positions has shape ", ShapeToString(positions.shape()),
+                          "; expected [b, s] = ", ShapeToString({b, s}), " or [s] = [", s, "]"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status Rope(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
                   const Tensor& positions, RopePairing pairing) {
   constexpr const char* kOp = "Rope";
@@ -306,19 +328,7 @@ absl::Status Rope(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor&
           {{"out", &out}, {"x", &x}, {"cos", &cos}, {"sin", &sin}, {"positions", &positions}}));
   CCTUNE_RETURN_IF_ERROR(CheckFloat(kOp, "x", x));
   CCTUNE_RETURN_IF_ERROR(CheckFloat(kOp, "out", out));
-  CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "cos", cos, DType::kF32));
-  CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "sin", sin, DType::kF32));
-  CCTUNE_RETURN_IF_ERROR(CheckIndex(kOp, "positions", positions));
-  CCTUNE_RETURN_IF_ERROR(CheckRank(kOp, "x", x, 4, "[b, s, n, h_d]"));
-  const int64_t b = x.size(0), s = x.size(1), hd = x.size(3);
-  if (hd % 2 != 0) return Invalid(StrCat(kOp, ": h_d (", hd, ") of x must be even"));
-  CCTUNE_RETURN_IF_ERROR(CheckRank(kOp, "cos", cos, 2, "[max_seq_len, h_d/2]"));
-  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "cos", cos, {cos.size(0), hd / 2}));
-  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "sin", sin, cos.shape()));
-  if (positions.shape() != Shape{b, s} && positions.shape() != Shape{s}) {
-    return Invalid(StrCat(kOp, ": positions has shape ", ShapeToString(positions.shape()),
-                          "; expected [b, s] = ", ShapeToString({b, s}), " or [s] = [", s, "]"));
-  }
+  CCTUNE_RETURN_IF_ERROR(CheckRopeArgs(kOp, "x", x, cos, sin, positions));
   CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "out", out, x.shape()));
   CCTUNE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
   return Dispatch(device,
@@ -638,19 +648,7 @@ absl::Status RopeBackward(Tensor& dx, const Tensor& dy, const Tensor& cos, const
           kOp,
           {{"dx", &dx}, {"dy", &dy}, {"cos", &cos}, {"sin", &sin}, {"positions", &positions}}));
   CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "dy", dy, DType::kF32));
-  CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "cos", cos, DType::kF32));
-  CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "sin", sin, DType::kF32));
-  CCTUNE_RETURN_IF_ERROR(CheckIndex(kOp, "positions", positions));
-  CCTUNE_RETURN_IF_ERROR(CheckRank(kOp, "dy", dy, 4, "[b, s, n, h_d]"));
-  const int64_t b = dy.size(0), s = dy.size(1), hd = dy.size(3);
-  if (hd % 2 != 0) return Invalid(StrCat(kOp, ": h_d (", hd, ") of dy must be even"));
-  CCTUNE_RETURN_IF_ERROR(CheckRank(kOp, "cos", cos, 2, "[max_seq_len, h_d/2]"));
-  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "cos", cos, {cos.size(0), hd / 2}));
-  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "sin", sin, cos.shape()));
-  if (positions.shape() != Shape{b, s} && positions.shape() != Shape{s}) {
-    return Invalid(StrCat(kOp, ": positions has shape ", ShapeToString(positions.shape()),
-                          "; expected [b, s] = ", ShapeToString({b, s}), " or [s] = [", s, "]"));
-  }
+  CCTUNE_RETURN_IF_ERROR(CheckRopeArgs(kOp, "dy", dy, cos, sin, positions));
   CCTUNE_RETURN_IF_ERROR(CheckGrad(kOp, "dx", dx, dy.shape()));
   return Dispatch(device, [&](OpBackend* be) {
     return be->RopeBackward(dx, dy, cos, sin, positions, pairing);
