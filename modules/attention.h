@@ -74,6 +74,10 @@ class MultiHeadAttention : public Module {
   const Linear& k_proj() const { return *k_proj_; }
   const Linear& v_proj() const { return *v_proj_; }
   const Linear& output_proj() const { return *output_proj_; }
+  // The RoPE module (nullptr when the attention has none) and the optional q/k norms.
+  RotaryPositionalEmbeddings* pos_embeddings() const { return pos_embeddings_.get(); }
+  const RMSNorm* q_norm() const { return q_norm_.get(); }
+  const RMSNorm* k_norm() const { return k_norm_.get(); }
 
   // Creates a KV cache on the parameters' device: n_kv heads (kGrouped) or n_h heads
   // (kExpanded). FailedPrecondition if a cache exists already (DeleteCache() first) or the

@@ -29,6 +29,8 @@ class TransformerSelfAttentionLayer : public Module {
   MultiHeadAttention& attn() { return *attn_; }
   const MultiHeadAttention& attn() const { return *attn_; }
   const FeedForward& mlp() const { return *mlp_; }
+  const RMSNorm& sa_norm() const { return *sa_norm_; }
+  const RMSNorm& mlp_norm() const { return *mlp_norm_; }
 
   // out [b, s, d] = layer(x [b, s, d]); out may be x itself. mask/input_pos as in
   // MultiHeadAttention::Forward.

@@ -272,7 +272,10 @@ absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tens
   const int64_t hd = a.hd;
 
   if (splits == 1) {
-#pragma omp parallel if (units > 1)
+    // Small problems (a tiny model's decode step) run on one thread: waking the team costs
+    // more than the work.
+    const bool parallel = units > 1 && a.n_kv * a.g * a.s_q * a.s_kv * hd * a.b >= (1 << 15);
+#pragma omp parallel if (parallel)
     {
       Scratch sc;
       sc.Reserve(max_rows, hd);
