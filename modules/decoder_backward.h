@@ -1,0 +1,116 @@
+// Training forward and backward for a TransformerDecoder (no KV cache), written out per layer
+// in llm.c's manner from the kernels/ops.h forward and backward ops.
+//
+//   DecoderTrainer trainer = ...Create(model, grads);     // grads: f32 arena, model's layout
+//   CCTUNE_ASSIGN_OR_RETURN(LossSum l, trainer.ForwardBackward(tokens, labels));
+//   // every parameter gradient of l.loss_sum / l.num_valid is now ADDED into `grads`
+//
+// The forward saves, per layer, the inputs of both norms, the normalised inputs, q/k (after
+// RoPE) and v, the attention output and its log-sum-exp, and the SwiGLU gate/up/product; the
+// backward reads them. With activation checkpointing only each layer's input is kept and the
+// layer's forward is recomputed (with the same ops, so the gradients are bit-identical) just
+// before its backward. The loss is a mean cross-entropy over `labels` (already shifted by the
+// caller; ignore_index -100), fused with its backward and computed in row chunks, so no
+// [b·s, v] logits buffer is ever allocated beyond one chunk.
+//
+// Gradients ACCUMULATE into the arena, so several micro-batches add up: pass the total number
+// of valid labels of the whole step as `normalizer` so that their sum is the full batch's mean
+// gradient. Tied output projections add their gradient to tok_embeddings.weight.
+//
+// Supported: GQA/MQA, q/k/v (and any other Linear) biases, tied or untied output, RoPE of any
+// flavour, an explicit bool mask [b, s, s] (packing) and input_pos [b, s] or [s]. Not
+// supported (Unimplemented from Create): q_norm/k_norm inside attention.
+#ifndef CCTUNE_MODULES_DECODER_BACKWARD_H_
+#define CCTUNE_MODULES_DECODER_BACKWARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "modules/linear.h"
+#include "modules/parameters.h"
+#include "modules/transformer_decoder.h"
+
+namespace cctune {
+
+struct DecoderTrainerOptions {
+  // Keep only each layer's input; recompute the layer's forward in the backward.
+  bool activation_checkpointing = false;
+  // Rows of logits computed at once by the fused output projection + cross-entropy;
+  // 0 picks about 16M logits per chunk.
+  int64_t logits_chunk_rows = 0;
+  // Parameters that the gradient arena lacks are frozen (no gradient computed) instead of an
+  // error: the arena may hold any subset of the model's parameters, by name.
+  bool frozen_if_missing = false;
+};
+
+// The summed loss of a batch and its number of labels that are not ignore_index; the mean
+// loss is loss_sum / num_valid.
+struct LossSum {
+  double loss_sum = 0.0;
+  int64_t num_valid = 0;
+  double Mean() const { return num_valid > 0 ? loss_sum / num_valid : 0.0; }
+};
+
+// The number of labels that are not ignore_index (-100). labels: i32/i64, any shape.
+absl::StatusOr<int64_t> CountValidLabels(const Tensor& labels);
+
+class DecoderTrainer {
+ public:
+  // `model` (parameters materialised, in any float dtype) and `grads` (an f32 arena with the
+  // model's layout, e.g. ParameterArena::Allocate(layout.WithDType(kF32), device)) must
+  // outlive the trainer. InvalidArgument when a parameter has no f32 gradient of its shape
+  // (unless options.frozen_if_missing, for a missing one); Unimplemented for q/k norms.
+  static absl::StatusOr<std::unique_ptr<DecoderTrainer>> Create(
+      TransformerDecoder* model, const ParameterArena* grads, DecoderTrainerOptions options = {});
+
+  const DecoderTrainerOptions& options() const { return options_; }
+  void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
+
+  // Forward, loss and backward. tokens: i32/i64 [b, s]; labels: i32/i64 [b, s] (each in
+  // [0, v) or -100); mask: optional bool [b, s, s] (true = may attend; without it the
+  // attention is causal); input_pos: optional i32/i64 [b, s] or [s] RoPE positions.
+  // The gradient added to `grads` is that of loss_sum / normalizer; normalizer <= 0 means this
+  // batch's num_valid (the mean loss). A batch with no valid label adds nothing.
+  absl::StatusOr<LossSum> ForwardBackward(const Tensor& tokens, const Tensor& labels,
+                                          const Tensor* mask = nullptr,
+                                          const Tensor* input_pos = nullptr,
+                                          double normalizer = 0.0);
+
+  // The loss only (validation, finite differences); touches no gradient.
+  absl::StatusOr<LossSum> Loss(const Tensor& tokens, const Tensor& labels,
+                               const Tensor* mask = nullptr, const Tensor* input_pos = nullptr);
+
+ private:
+  struct LayerActs;
+  struct Batch;
+  DecoderTrainer(TransformerDecoder* model, DecoderTrainerOptions options);
+
+  absl::StatusOr<Batch> PrepareBatch(const Tensor& tokens, const Tensor& labels,
+                                     const Tensor* mask, const Tensor* input_pos) const;
+  // The gradient view of `param`; undefined when it is frozen.
+  Tensor Grad(const Tensor& param) const;
+  absl::Status LinearBackward(Tensor* dx, const Linear& linear, const Tensor& dy,
+                              const Tensor& x) const;
+  absl::Status LayerForward(size_t l, LayerActs& acts, const Tensor& x, Tensor& out,
+                            const Batch& batch);
+  absl::Status LayerBackward(size_t l, const LayerActs& acts, const Tensor& x, Tensor& dh,
+                             const Batch& batch);
+  absl::StatusOr<LossSum> Run(const Tensor& tokens, const Tensor& labels, const Tensor* mask,
+                              const Tensor* input_pos, bool backward, double normalizer);
+
+  TransformerDecoder* model_;
+  DecoderTrainerOptions options_;
+  const Tensor* output_weight_ = nullptr;  // the output projection's weight (maybe tied)
+  const Tensor* output_bias_ = nullptr;
+  // Parameter (by the address of its bound tensor) -> its gradient view.
+  absl::flat_hash_map<const Tensor*, Tensor> grads_;
+};
+
+}  // namespace cctune
+
+#endif  // CCTUNE_MODULES_DECODER_BACKWARD_H_

@@ -1,0 +1,511 @@
+// DecoderTrainer on tiny random decoders (two layers; GQA 4/2 and MQA 4/1; tied and untied
+// output; q/k/v biases; packed documents with an explicit mask and positions): the loss
+// against an independent fp64 implementation of the network written here, every parameter's
+// gradient against central finite differences of that fp64 loss, activation checkpointing
+// against the plain run (bit-identical), and gradient accumulation over micro-batches.
+#include "modules/decoder_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/random.h"
+#include "gtest/gtest.h"
+#include "kernels/ops.h"
+#include "models/decoder_builder.h"
+#include "modules/parameters.h"
+#include "modules/transformer_decoder.h"
+
+namespace cctune {
+namespace {
+
+struct Case {
+  std::string name;
+  DecoderConfig config;
+  int64_t b, s;
+  bool packed;  // two documents per row: block-causal mask, positions restart
+};
+
+DecoderConfig Tiny(int64_t v, int64_t n_h, int64_t n_kv, int64_t f, bool tied, bool bias,
+                   ops::RopePairing pairing) {
+  DecoderConfig c;
+  c.vocab_size = v;
+  c.num_layers = 2;
+  c.num_heads = n_h;
+  c.num_kv_heads = n_kv;
+  c.embed_dim = 16;
+  c.head_dim = 4;
+  c.intermediate_dim = f;
+  c.max_seq_len = 32;
+  c.norm_eps = 1e-5f;
+  c.rope_pairing = pairing;
+  c.qkv_bias = bias;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::vector<Case> Cases() {
+  using P = ops::RopePairing;
+  return {
+      {"gqa_4_2_tied", Tiny(11, 4, 2, 24, true, false, P::kInterleaved), 2, 5, false},
+      {"mqa_4_1_untied_bias", Tiny(13, 4, 1, 20, false, true, P::kHalfSplit), 2, 6, false},
+      {"gqa_packed_untied", Tiny(13, 4, 2, 20, false, false, P::kInterleaved), 2, 7, true},
+      {"mqa_packed_tied_bias", Tiny(9, 4, 1, 12, true, true, P::kHalfSplit), 1, 7, true},
+  };
+}
+
+// A model with its f32 parameters and a zeroed f32 gradient arena of the same layout.
+struct Model {
+  std::unique_ptr<TransformerDecoder> decoder;
+  ParameterArena params;
+  ParameterArena grads;
+};
+
+// Embeddings N(0, 1), norms 1 + N(0, 0.1²), biases N(0, 0.1²), projections N(0, 0.5²) so
+// that attention is far from uniform.
+Model MakeModel(const DecoderConfig& config, uint64_t seed) {
+  Model m;
+  m.decoder = ValueOrDie(BuildDecoder(config));
+  m.params = ValueOrDie(ParameterArena::Create(*m.decoder, DType::kF32, Device::Cpu()));
+  Generator gen(seed);
+  for (const auto& [name, view] : m.params.named_tensors()) {
+    Tensor t = view;
+    float* p = t.data<float>();
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.find("bias") != std::string::npos;
+    const bool is_emb = name == "tok_embeddings.weight";
+    const double std = is_emb ? 1.0 : (is_norm || is_bias) ? 0.1 : 0.5;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      p[i] = static_cast<float>((is_norm ? 1.0 : 0.0) + std * gen.Normal());
+    }
+  }
+  m.grads = ValueOrDie(
+      ParameterArena::Allocate(m.params.layout().WithDType(DType::kF32), Device::Cpu()));
+  return m;
+}
+
+struct Data {
+  std::vector<int64_t> tokens, labels, positions;  // [b, s]
+  std::vector<float> mask;                         // [b, s, s]
+  Tensor t_tokens, t_labels, t_positions, t_mask;
+};
+
+Data MakeData(const Case& c, Generator& gen) {
+  Data d;
+  const int64_t v = c.config.vocab_size, n = c.b * c.s;
+  for (int64_t i = 0; i < n; ++i) {
+    d.tokens.push_back(static_cast<int64_t>(gen.UniformInt(v)));
+    d.labels.push_back(static_cast<int64_t>(gen.UniformInt(v)));
+  }
+  d.labels[0] = ops::kIgnoreIndex;  // a masked prompt token
+  d.labels[n - 1] = ops::kIgnoreIndex;
+  const int64_t split = c.packed ? c.s / 2 : 0;
+  d.mask.assign(c.b * c.s * c.s, 0.f);
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t i = 0; i < c.s; ++i) {
+      const int64_t start = (c.packed && i >= split) ? split : 0;
+      d.positions.push_back(i - start);
+      for (int64_t j = start; j <= i; ++j) d.mask[(bi * c.s + i) * c.s + j] = 1.f;
+    }
+  }
+  d.t_tokens = ValueOrDie(Tensor::FromVector(d.tokens, {c.b, c.s}));
+  d.t_labels = ValueOrDie(Tensor::FromVector(d.labels, {c.b, c.s}));
+  d.t_positions = ValueOrDie(Tensor::FromVector(d.positions, {c.b, c.s}));
+  d.t_mask = ValueOrDie(Tensor::FromVector(d.mask, {c.b, c.s, c.s}, DType::kBool));
+  return d;
+}
+
+// ---- The fp64 reference network ----
+
+using Vec = std::vector<double>;
+using Params = std::map<std::string, Vec>;
+
+Params ToDouble(const ParameterArena& arena) {
+  Params p;
+  for (const auto& [name, t] : arena.named_tensors()) {
+    const std::vector<float> f = ValueOrDie(t.ToFloatVector());
+    p[name] = Vec(f.begin(), f.end());
+  }
+  return p;
+}
+
+// y[m, out] = x[m, in] · W[out, in]ᵀ (+ bias).
+Vec RefLinear(const Vec& x, const Vec& w, const Vec* bias, int64_t m, int64_t in, int64_t out) {
+  Vec y(m * out, 0.0);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = bias != nullptr ? (*bias)[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
+      y[r * out + o] = s;
+    }
+  }
+  return y;
+}
+
+Vec RefRmsNorm(const Vec& x, const Vec& w, int64_t m, int64_t d, double eps) {
+  Vec y(m * d);
+  for (int64_t r = 0; r < m; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
+    const double rstd = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t i = 0; i < d; ++i) y[r * d + i] = x[r * d + i] * rstd * w[i];
+  }
+  return y;
+}
+
+void RefRope(Vec& x, const std::vector<int64_t>& pos, int64_t m, int64_t n, int64_t hd,
+             double base, ops::RopePairing pairing) {
+  const int64_t half = hd / 2;
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t h = 0; h < n; ++h) {
+      double* row = &x[(t * n + h) * hd];
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos[t] * std::pow(base, -2.0 * i / hd);
+        const double c = std::cos(angle), sn = std::sin(angle);
+        const bool inter = pairing == ops::RopePairing::kInterleaved;
+        const int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + half;
+        const double x0 = row[i0], x1 = row[i1];
+        row[i0] = x0 * c - x1 * sn;
+        row[i1] = x1 * c + x0 * sn;
+      }
+    }
+  }
+}
+
+const Vec* Bias(const Params& p, const std::string& name) {
+  auto it = p.find(name);
+  return it == p.end() ? nullptr : &it->second;
+}
+
+double RefLoss(const Case& c, const Params& p, const Data& data) {
+  const DecoderConfig& cf = c.config;
+  const int64_t m = c.b * c.s, d = cf.embed_dim, hd = cf.head_dim, v = cf.vocab_size;
+  const int64_t n_h = cf.num_heads, n_kv = cf.num_kv_heads, g = n_h / n_kv;
+  const int64_t f = cf.intermediate_dim;
+  const double eps = cf.norm_eps;
+  const Vec& emb = p.at("tok_embeddings.weight");
+  Vec h(m * d);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t i = 0; i < d; ++i) h[t * d + i] = emb[data.tokens[t] * d + i];
+  }
+  for (int64_t l = 0; l < cf.num_layers; ++l) {
+    const std::string pre = absl::StrCat("layers.", l, ".");
+    auto P = [&](const std::string& n) -> const Vec& { return p.at(pre + n); };
+    const Vec xn = RefRmsNorm(h, P("sa_norm.scale"), m, d, eps);
+    Vec q = RefLinear(xn, P("attn.q_proj.weight"), Bias(p, pre + "attn.q_proj.bias"), m, d,
+                      n_h * hd);
+    Vec k = RefLinear(xn, P("attn.k_proj.weight"), Bias(p, pre + "attn.k_proj.bias"), m, d,
+                      n_kv * hd);
+    const Vec vv = RefLinear(xn, P("attn.v_proj.weight"), Bias(p, pre + "attn.v_proj.bias"), m,
+                             d, n_kv * hd);
+    RefRope(q, data.positions, m, n_h, hd, cf.rope_base, cf.rope_pairing);
+    RefRope(k, data.positions, m, n_kv, hd, cf.rope_base, cf.rope_pairing);
+    Vec attn(m * n_h * hd, 0.0);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    for (int64_t bi = 0; bi < c.b; ++bi) {
+      for (int64_t hh = 0; hh < n_h; ++hh) {
+        const int64_t kvh = hh / g;
+        for (int64_t i = 0; i < c.s; ++i) {
+          const double* qr = &q[((bi * c.s + i) * n_h + hh) * hd];
+          Vec sc(c.s, -INFINITY);
+          double mx = -INFINITY;
+          for (int64_t j = 0; j < c.s; ++j) {
+            const bool allowed = c.packed ? data.mask[(bi * c.s + i) * c.s + j] != 0.f : j <= i;
+            if (!allowed) continue;
+            const double* kr = &k[((bi * c.s + j) * n_kv + kvh) * hd];
+            double dot = 0;
+            for (int64_t e = 0; e < hd; ++e) dot += qr[e] * kr[e];
+            sc[j] = dot * scale;
+            mx = std::max(mx, sc[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < c.s; ++j) sum += std::exp(sc[j] - mx);
+          double* o = &attn[((bi * c.s + i) * n_h + hh) * hd];
+          for (int64_t j = 0; j < c.s; ++j) {
+            const double pj = std::exp(sc[j] - mx) / sum;
+            const double* vr = &vv[((bi * c.s + j) * n_kv + kvh) * hd];
+            for (int64_t e = 0; e < hd; ++e) o[e] += pj * vr[e];
+          }
+        }
+      }
+    }
+    const Vec o = RefLinear(attn, P("attn.output_proj.weight"), nullptr, m, n_h * hd, d);
+    for (int64_t i = 0; i < m * d; ++i) h[i] += o[i];
+    const Vec xn2 = RefRmsNorm(h, P("mlp_norm.scale"), m, d, eps);
+    const Vec gate = RefLinear(xn2, P("mlp.w1.weight"), nullptr, m, d, f);
+    const Vec up = RefLinear(xn2, P("mlp.w3.weight"), nullptr, m, d, f);
+    Vec act(m * f);
+    for (int64_t i = 0; i < m * f; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+    const Vec down = RefLinear(act, P("mlp.w2.weight"), nullptr, m, f, d);
+    for (int64_t i = 0; i < m * d; ++i) h[i] += down[i];
+  }
+  const Vec& w_out = cf.tie_word_embeddings ? emb : p.at("output.weight");
+  const Vec logits = RefLinear(RefRmsNorm(h, p.at("norm.scale"), m, d, eps), w_out, nullptr, m,
+                               d, v);
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t t = 0; t < m; ++t) {
+    if (data.labels[t] == ops::kIgnoreIndex) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < v; ++j) mx = std::max(mx, logits[t * v + j]);
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(logits[t * v + j] - mx);
+    total += mx + std::log(sum) - logits[t * v + data.labels[t]];
+    ++count;
+  }
+  return total / count;
+}
+
+std::vector<float> Floats(const Tensor& t) { return ValueOrDie(t.ToFloatVector()); }
+
+std::vector<float> AllGrads(const ParameterArena& grads) {
+  std::vector<float> all;
+  for (const auto& [name, t] : grads.named_tensors()) {
+    const std::vector<float> f = Floats(t);
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  return all;
+}
+
+class DecoderTrainerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecoderTrainerTest, GradientsMatchFiniteDifferencesOfFp64Reference) {
+  const Case& c = GetParam();
+  Model m = MakeModel(c.config, 11);
+  Generator gen(12);
+  const Data data = MakeData(c, gen);
+  DecoderTrainerOptions opts;
+  opts.logits_chunk_rows = 3;  // several chunks, the last one partial
+  auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+  const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+  const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+  const LossSum loss = ValueOrDie(trainer->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+  EXPECT_EQ(loss.num_valid, c.b * c.s - 2);
+
+  Params theta = ToDouble(m.params);
+  EXPECT_NEAR(loss.Mean(), RefLoss(c, theta, data), 1e-5) << c.name;
+  const LossSum fwd = ValueOrDie(trainer->Loss(data.t_tokens, data.t_labels, mask, pos));
+  EXPECT_EQ(fwd.loss_sum, loss.loss_sum);
+  // The same loss from the generation path's TransformerDecoder::Forward logits.
+  {
+    const Tensor logits = ValueOrDie((*m.decoder)(data.t_tokens, mask, pos));
+    const Tensor rows = ValueOrDie(logits.View({c.b * c.s, c.config.vocab_size}));
+    const Tensor targets = ValueOrDie(data.t_labels.View({c.b * c.s}));
+    Tensor sum = ValueOrDie(Tensor::Empty({}, DType::kF32));
+    Tensor count = ValueOrDie(Tensor::Empty({}, DType::kI64));
+    ASSERT_TRUE(ops::CrossEntropyForward(sum, count, nullptr, rows, targets).ok());
+    EXPECT_NEAR(ValueOrDie(sum.ToFloatVector())[0], loss.loss_sum, 1e-5 * loss.loss_sum)
+        << c.name;
+  }
+
+  // A random sample of elements of every parameter, plus its largest-gradient element.
+  Generator pick(13);
+  const double h = 1e-5;
+  int checked_tensors = 0;
+  for (const auto& [name, gview] : m.grads.named_tensors()) {
+    const std::vector<float> g = Floats(gview);
+    double max_g = 0;
+    int64_t arg_max = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (std::fabs(g[i]) > max_g) max_g = std::fabs(g[i]), arg_max = static_cast<int64_t>(i);
+    }
+    EXPECT_GT(max_g, 1e-4) << c.name << " " << name << " has no gradient to check";
+    std::vector<int64_t> idx = {arg_max};
+    for (int k = 0; k < 6; ++k) idx.push_back(static_cast<int64_t>(pick.UniformInt(g.size())));
+    for (int64_t i : idx) {
+      Vec& x = theta[name];
+      const double x0 = x[i];
+      x[i] = x0 + h;
+      const double up = RefLoss(c, theta, data);
+      x[i] = x0 - h;
+      const double down = RefLoss(c, theta, data);
+      x[i] = x0;
+      const double want = (up - down) / (2 * h);
+      EXPECT_NEAR(g[i], want, 5e-5 * (max_g + std::fabs(want)) + 1e-7)
+          << c.name << " d" << name << "[" << i << "]";
+    }
+    ++checked_tensors;
+  }
+  EXPECT_EQ(checked_tensors, static_cast<int>(m.params.named_tensors().size()));
+}
+
+TEST_P(DecoderTrainerTest, CheckpointingGivesBitIdenticalGradientsAndAccumulates) {
+  const Case& c = GetParam();
+  Model m = MakeModel(c.config, 21);
+  Generator gen(22);
+  const Data data = MakeData(c, gen);
+  const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+  const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+  auto plain = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads));
+  const LossSum l1 = ValueOrDie(plain->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+  const std::vector<float> g1 = AllGrads(m.grads);
+
+  ASSERT_TRUE(m.grads.Zero().ok());
+  DecoderTrainerOptions opts;
+  opts.activation_checkpointing = true;
+  auto ckpt = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+  const LossSum l2 = ValueOrDie(ckpt->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+  EXPECT_EQ(l1.loss_sum, l2.loss_sum);
+  const std::vector<float> g2 = AllGrads(m.grads);
+  ASSERT_EQ(g1.size(), g2.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < g1.size(); ++i) differ += g1[i] != g2[i];
+  EXPECT_EQ(differ, 0) << c.name << ": checkpointed gradients differ";
+
+  // A second call adds the same gradient again.
+  ASSERT_TRUE(ckpt->ForwardBackward(data.t_tokens, data.t_labels, mask, pos).ok());
+  // (Tied weights sum two contributions, so the rounding differs slightly from 2·g.)
+  const std::vector<float> g3 = AllGrads(m.grads);
+  double max_g = 0;
+  for (float x : g1) max_g = std::max(max_g, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < g1.size(); ++i) {
+    ASSERT_NEAR(g3[i], 2.0 * g1[i], 1e-6 * max_g) << i;
+  }
+}
+
+TEST_P(DecoderTrainerTest, TwoMicroBatchesEqualTheFullBatch) {
+  Case c = GetParam();
+  if (c.b < 2) GTEST_SKIP() << "needs b >= 2";
+  Model m = MakeModel(c.config, 31);
+  Generator gen(32);
+  const Data data = MakeData(c, gen);
+  auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads));
+  const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+  const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+  const LossSum full = ValueOrDie(trainer->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+  const std::vector<float> g_full = AllGrads(m.grads);
+  ASSERT_TRUE(m.grads.Zero().ok());
+
+  const int64_t total = ValueOrDie(CountValidLabels(data.t_labels));
+  EXPECT_EQ(total, full.num_valid);
+  LossSum sum;
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t b0 = half == 0 ? 0 : c.b / 2, nb = half == 0 ? c.b / 2 : c.b - c.b / 2;
+    const Tensor tokens = ValueOrDie(ValueOrDie(data.t_tokens.Narrow(0, b0, nb)).Contiguous());
+    const Tensor labels = ValueOrDie(ValueOrDie(data.t_labels.Narrow(0, b0, nb)).Contiguous());
+    Tensor mk, ps;
+    if (c.packed) {
+      mk = ValueOrDie(ValueOrDie(data.t_mask.Narrow(0, b0, nb)).Contiguous());
+      ps = ValueOrDie(ValueOrDie(data.t_positions.Narrow(0, b0, nb)).Contiguous());
+    }
+    const LossSum part = ValueOrDie(trainer->ForwardBackward(
+        tokens, labels, c.packed ? &mk : nullptr, c.packed ? &ps : nullptr, total));
+    sum.loss_sum += part.loss_sum;
+    sum.num_valid += part.num_valid;
+  }
+  EXPECT_EQ(sum.num_valid, full.num_valid);
+  EXPECT_NEAR(sum.Mean(), full.Mean(), 1e-6 * full.Mean());
+  const std::vector<float> g_acc = AllGrads(m.grads);
+  double max_g = 0;
+  for (float x : g_full) max_g = std::max(max_g, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < g_full.size(); ++i) {
+    ASSERT_NEAR(g_acc[i], g_full[i], 1e-6 * max_g + 1e-6 * std::fabs(g_full[i])) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, DecoderTrainerTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+// bf16 weights: the activations and gradients stay f32, so the gradients equal those of an
+// f32 model holding the same (bf16-rounded) weights.
+TEST(DecoderTrainerBf16Test, Bf16WeightsMatchF32ModelWithTheSameWeights) {
+  const Case c = Cases()[1];  // untied, biases, MQA
+  Model f = MakeModel(c.config, 51);
+  Model b16;
+  b16.decoder = ValueOrDie(BuildDecoder(c.config));
+  b16.params = ValueOrDie(ParameterArena::Create(*b16.decoder, DType::kBF16, Device::Cpu()));
+  ASSERT_TRUE(b16.params.LoadStateDict(f.params.ExportStateDict()).ok());
+  b16.grads = ValueOrDie(
+      ParameterArena::Allocate(b16.params.layout().WithDType(DType::kF32), Device::Cpu()));
+  ASSERT_TRUE(f.params.LoadStateDict(b16.params.ExportStateDict()).ok());  // round f's weights
+  Generator gen(52);
+  const Data data = MakeData(c, gen);
+  auto tf = ValueOrDie(DecoderTrainer::Create(f.decoder.get(), &f.grads));
+  auto tb = ValueOrDie(DecoderTrainer::Create(b16.decoder.get(), &b16.grads));
+  const LossSum lf = ValueOrDie(tf->ForwardBackward(data.t_tokens, data.t_labels));
+  const LossSum lb = ValueOrDie(tb->ForwardBackward(data.t_tokens, data.t_labels));
+  EXPECT_NEAR(lb.Mean(), lf.Mean(), 1e-5);
+  for (const auto& [name, gview] : f.grads.named_tensors()) {
+    const std::vector<float> gf = Floats(gview);
+    const std::vector<float> gb = Floats(ValueOrDie(b16.grads.Get(name)));
+    double max_g = 0;
+    for (float x : gf) max_g = std::max(max_g, static_cast<double>(std::fabs(x)));
+    EXPECT_GT(max_g, 0) << name;
+    for (size_t i = 0; i < gf.size(); ++i) {
+      ASSERT_NEAR(gb[i], gf[i], 1e-5 * max_g) << name << "[" << i << "]";
+    }
+  }
+}
+
+// A gradient arena holding only some parameters (the rest frozen): those gradients equal the
+// full run's, for a tied and an untied model.
+TEST(DecoderTrainerFrozenTest, SubsetArenaGetsTheSameGradients) {
+  for (const Case& c : {Cases()[0], Cases()[1]}) {
+    Model m = MakeModel(c.config, 61);
+    Generator gen(62);
+    const Data data = MakeData(c, gen);
+    auto full = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads));
+    ASSERT_TRUE(full->ForwardBackward(data.t_tokens, data.t_labels).ok());
+    std::vector<ParameterSpec> specs;
+    for (const auto& e : m.grads.layout().entries()) {
+      const std::string& n = e.spec.name;
+      if (n.rfind("layers.0.attn.", 0) == 0 || n.rfind("layers.1.mlp.w3", 0) == 0) {
+        specs.push_back(e.spec);
+      }
+    }
+    ASSERT_GE(specs.size(), 5u);
+    ParameterArena subset = ValueOrDie(ParameterArena::Allocate(
+        ValueOrDie(ParameterLayout::Create(specs)), Device::Cpu()));
+    EXPECT_FALSE(DecoderTrainer::Create(m.decoder.get(), &subset).ok());
+    DecoderTrainerOptions opts;
+    opts.frozen_if_missing = true;
+    auto part = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &subset, opts));
+    ASSERT_TRUE(part->ForwardBackward(data.t_tokens, data.t_labels).ok());
+    for (const auto& [name, g] : subset.named_tensors()) {
+      const std::vector<float> want = Floats(ValueOrDie(m.grads.Get(name)));
+      const std::vector<float> got = Floats(g);
+      double max_g = 0;
+      for (float x : want) max_g = std::max(max_g, static_cast<double>(std::fabs(x)));
+      EXPECT_GT(max_g, 0) << name;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6 * max_g) << c.name << " " << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(DecoderTrainerErrorsTest, RejectsBadInputs) {
+  const Case c = Cases()[0];
+  Model m = MakeModel(c.config, 41);
+  auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads));
+  const Tensor tokens = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{1, 2, 3}, {1, 3}));
+  const Tensor labels_bad = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{1, 2}, {1, 2}));
+  absl::Status st = trainer->ForwardBackward(tokens, labels_bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("labels"), std::string::npos) << st;
+  const Tensor mask_bad = ValueOrDie(Tensor::Zeros({1, 3, 2}, DType::kBool));
+  const Tensor labels = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{2, 3, -100}, {1, 3}));
+  st = trainer->ForwardBackward(tokens, labels, &mask_bad).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("mask"), std::string::npos) << st;
+
+  // A gradient arena of another layout is refused, naming the parameter.
+  const Case other = Cases()[1];
+  Model m2 = MakeModel(other.config, 42);
+  st = DecoderTrainer::Create(m.decoder.get(), &m2.grads).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+
+  // All labels ignored: loss 0 over 0 tokens, no gradient.
+  const Tensor none = ValueOrDie(Tensor::FromVector(std::vector<int64_t>{-100, -100, -100}, {1, 3}));
+  const LossSum l = ValueOrDie(trainer->ForwardBackward(tokens, none));
+  EXPECT_EQ(l.num_valid, 0);
+  for (float g : AllGrads(m.grads)) ASSERT_EQ(g, 0.f);
+}
+
+}  // namespace
+}  // namespace cctune

@@ -1,0 +1,89 @@
+#include "training/train_step.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace cctune {
+
+absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena& params,
+                                                           const ParameterArena& grads) {
+  const std::vector<Tensor>& p = params.buffers();
+  const std::vector<Tensor>& g = grads.buffers();
+  if (p.size() != g.size()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "ArenaParamBuffers: the parameter arena has ", p.size(), " buffers and the gradient arena ",
+        g.size(), " (models that mix parameter dtypes are not supported yet)"));
+  }
+  // The optimizer pairs parameter i with gradient i, so every parameter must sit at the same
+  // element offset in both (bf16 and f32 layouts pad differently).
+  const auto& pe = params.layout().entries();
+  const auto& ge = grads.layout().entries();
+  if (pe.size() != ge.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ArenaParamBuffers: ", pe.size(),
+                                                   " parameters but ", ge.size(), " gradients"));
+  }
+  for (size_t k = 0; k < pe.size(); ++k) {
+    if (pe[k].spec.name != ge[k].spec.name || pe[k].buffer != ge[k].buffer ||
+        pe[k].offset != ge[k].offset || pe[k].numel != ge[k].numel) {
+      return absl::UnimplementedError(absl::StrCat(
+          "ArenaParamBuffers: parameter ", pe[k].spec.name, " (buffer ", pe[k].buffer,
+          ", offset ", pe[k].offset, ") and gradient ", ge[k].spec.name, " (buffer ",
+          ge[k].buffer, ", offset ", ge[k].offset,
+          ") are not at the same place; the layouts must pad alike"));
+    }
+  }
+  std::vector<ParamBuffer> out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].numel() != g[i].numel() || g[i].dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ArenaParamBuffers: buffer ", i, " has ", p[i].numel(), " parameters but its gradient ",
+          g[i].numel(), " elements of ", DTypeName(g[i].dtype()), " (want f32)"));
+    }
+    out.push_back({absl::StrCat("buffer", i, "_", DTypeName(p[i].dtype())), p[i], g[i]});
+  }
+  return out;
+}
+
+absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
+                                          absl::Span<const MicroBatch> micro_batches,
+                                          double max_grad_norm) {
+  TrainStepResult result;
+  for (const MicroBatch& mb : micro_batches) {
+    CCTUNE_ASSIGN_OR_RETURN(int64_t n, CountValidLabels(mb.labels));
+    result.num_tokens += n;
+  }
+  if (result.num_tokens == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainStep: the ", micro_batches.size(),
+                                                   " micro-batches have no label that is not -100"));
+  }
+  CCTUNE_RETURN_IF_ERROR(optimizer.ZeroGrad());
+  double loss_sum = 0.0;
+  for (const MicroBatch& mb : micro_batches) {
+    CCTUNE_ASSIGN_OR_RETURN(
+        LossSum l, trainer.ForwardBackward(mb.tokens, mb.labels,
+                                           mb.mask.defined() ? &mb.mask : nullptr,
+                                           mb.input_pos.defined() ? &mb.input_pos : nullptr,
+                                           static_cast<double>(result.num_tokens)));
+    loss_sum += l.loss_sum;
+  }
+  result.loss = loss_sum / static_cast<double>(result.num_tokens);
+  const std::vector<Tensor> grads = optimizer.Grads();
+  if (max_grad_norm > 0) {
+    CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, ClipGradNorm(grads, max_grad_norm));
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, GradNorm(grads));
+  }
+  if (!std::isfinite(result.loss) || !std::isfinite(result.grad_norm)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainStep: non-finite loss (", result.loss, ") or gradient norm (",
+                     result.grad_norm, ") at optimizer step ", optimizer.step(),
+                     "; no update was made"));
+  }
+  CCTUNE_RETURN_IF_ERROR(optimizer.Step());
+  return result;
+}
+
+}  // namespace cctune

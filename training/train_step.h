@@ -1,0 +1,56 @@
+// One optimizer step of a TransformerDecoder, llm.c style: zero the gradient arena, forward
+// and backward over the micro-batches (gradient accumulation, each normalised by the step's
+// total number of valid labels so the sum is the whole batch's mean-loss gradient), clip by
+// global norm, then the optimizer's update.
+//
+//   CCTUNE_ASSIGN_OR_RETURN(auto trainer, DecoderTrainer::Create(model, &grads));
+//   CCTUNE_ASSIGN_OR_RETURN(auto opt, AdamW::Create(ArenaParamBuffers(params, grads), {}));
+//   CCTUNE_ASSIGN_OR_RETURN(TrainStepResult r, TrainStep(*trainer, *opt, micro_batches, 1.0));
+#ifndef CCTUNE_TRAINING_TRAIN_STEP_H_
+#define CCTUNE_TRAINING_TRAIN_STEP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+#include "modules/decoder_backward.h"
+#include "modules/parameters.h"
+#include "training/optim.h"
+
+namespace cctune {
+
+// One micro-batch. tokens/labels: i32/i64 [b, s] (labels already shifted, -100 ignored);
+// mask (bool [b, s, s]) and input_pos ([b, s] or [s]) are used when defined (packing).
+struct MicroBatch {
+  Tensor tokens;
+  Tensor labels;
+  Tensor mask;
+  Tensor input_pos;
+};
+
+struct TrainStepResult {
+  double loss = 0.0;       // mean cross-entropy over every valid label of the step
+  int64_t num_tokens = 0;  // valid labels of the step
+  double grad_norm = 0.0;  // global L2 norm of the gradients before clipping
+};
+
+// The optimizer buffers for a parameter arena and its f32 gradient arena (same layout), buffer
+// by buffer. Unimplemented when the buffers do not pair up (a model mixing dtypes, whose f32
+// gradient arena has a single buffer); InvalidArgument when the sizes differ.
+absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena& params,
+                                                           const ParameterArena& grads);
+
+// Zeroes the optimizer's gradients, runs trainer.ForwardBackward on every micro-batch,
+// clips the gradients to max_grad_norm (no clipping when <= 0; the norm is still reported)
+// and steps the optimizer, whose gradient buffers must be the trainer's gradient arena.
+// InvalidArgument when the step has no valid label; FailedPrecondition, with no update made,
+// when the loss or the gradient norm is not finite.
+absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
+                                          absl::Span<const MicroBatch> micro_batches,
+                                          double max_grad_norm);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_TRAINING_TRAIN_STEP_H_
