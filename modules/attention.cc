@@ -1,6 +1,7 @@
 #include "modules/attention.h"
 
 #include <optional>
+#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -165,6 +166,11 @@ std::optional<Tensor> MultiHeadAttention::FusedQkvWeight() const {
   const Tensor& wq = q_proj_->weight();
   const Tensor& wk = k_proj_->weight();
   const Tensor& wv = v_proj_->weight();
+  // Only plain Linear projections can be fused (a LoRALinear adds its adapter in Forward).
+  if (typeid(*q_proj_) != typeid(Linear) || typeid(*k_proj_) != typeid(Linear) ||
+      typeid(*v_proj_) != typeid(Linear)) {
+    return std::nullopt;
+  }
   if (q_proj_->has_bias() || !wq.defined() || wq.device().is_meta() || !wq.SharesStorageWith(wk) ||
       !wq.SharesStorageWith(wv) || wk.dtype() != wq.dtype() || wv.dtype() != wq.dtype() ||
       !wq.is_contiguous() || !wk.is_contiguous() || !wv.is_contiguous() ||

@@ -1,6 +1,7 @@
 #include "modules/decoder_backward.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "kernels/ops.h"
 #include "modules/attention.h"
 #include "modules/feed_forward.h"
+#include "modules/lora_linear.h"
 #include "modules/rms_norm.h"
 #include "modules/rotary_positional_embeddings.h"
 #include "modules/tied_linear.h"
@@ -114,12 +116,35 @@ absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
     }
     t->grads_.emplace(&param->value, *std::move(g));
   }
+  auto check_dropout = [](const Linear& l, const std::string& what) -> absl::Status {
+    const auto* lora = dynamic_cast<const LoRALinear*>(&l);
+    if (lora != nullptr && !lora->merged() && lora->dropout() > 0.0) {
+      return absl::UnimplementedError(absl::StrCat("DecoderTrainer: ", what, " has lora_dropout ",
+                                                   lora->dropout(),
+                                                   "; only lora_dropout 0 is supported"));
+    }
+    return absl::OkStatus();
+  };
+  for (size_t l = 0; l < model->num_layers(); ++l) {
+    const TransformerSelfAttentionLayer& layer = model->layer(l);
+    const std::string p = absl::StrCat("layers.", l, ".");
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().q_proj(), p + "attn.q_proj"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().k_proj(), p + "attn.k_proj"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().v_proj(), p + "attn.v_proj"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().output_proj(), p + "attn.output_proj"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w1(), p + "mlp.w1"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w2(), p + "mlp.w2"));
+    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w3(), p + "mlp.w3"));
+  }
   const Projection& out = model->output();
   if (const auto* tied = dynamic_cast<const TiedLinear*>(&out)) {
     t->output_weight_ = &tied->tied_module().weight();
   } else if (const auto* lin = dynamic_cast<const Linear*>(&out)) {
+    CCTUNE_RETURN_IF_ERROR(check_dropout(*lin, "output"));
     t->output_weight_ = &lin->weight();
     t->output_bias_ = lin->bias();
+    const auto* lora = dynamic_cast<const LoRALinear*>(lin);
+    if (lora != nullptr && !lora->merged()) t->output_lora_ = lora;
   } else {
     return absl::UnimplementedError(
         "DecoderTrainer: the output projection must be a Linear or a TiedLinear");
@@ -140,8 +165,33 @@ absl::Status DecoderTrainer::LinearBackward(Tensor* dx, const Linear& linear, co
                                             const Tensor& x) const {
   Tensor dw = Grad(linear.weight());
   Tensor db = linear.has_bias() ? Grad(*linear.bias()) : Tensor();
-  if (dx == nullptr && !dw.defined() && !db.defined()) return absl::OkStatus();
-  return ops::LinearBackward(dx, OrNull(dw), OrNull(db), dy, x, linear.weight());
+  if (dx != nullptr || dw.defined() || db.defined()) {
+    CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(dx, OrNull(dw), OrNull(db), dy, x, linear.weight()));
+  }
+  const auto* lora = dynamic_cast<const LoRALinear*>(&linear);
+  if (lora == nullptr || lora->merged()) return absl::OkStatus();
+  return AdapterBackward(dx, *lora, dy, x);
+}
+
+absl::Status DecoderTrainer::AdapterBackward(Tensor* dx, const LoRALinear& lora, const Tensor& dy,
+                                             const Tensor& x) const {
+  // y += s · B (A x): with us = s · A x,  dB += dyᵀ us;  du = s · dy B;  dA += duᵀ x;
+  // dx += du A. Every temporary is [rows, rank].
+  const Tensor& a = lora.lora_a().weight();
+  const Tensor& b = lora.lora_b().weight();
+  Tensor da = Grad(a), dbw = Grad(b);
+  if (dx == nullptr && !da.defined() && !dbw.defined()) return absl::OkStatus();
+  Shape u_shape = x.shape();
+  u_shape.back() = lora.rank();
+  CCTUNE_ASSIGN_OR_RETURN(Tensor us, F32(u_shape, x.device()));
+  CCTUNE_RETURN_IF_ERROR(ops::Linear(us, x, a));
+  const float scale = static_cast<float>(lora.scale());
+  CCTUNE_RETURN_IF_ERROR(ops::Scale(us, us, scale));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor du, F32Zeros(u_shape, x.device()));
+  CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&du, OrNull(dbw), nullptr, dy, us, b));
+  if (dx == nullptr && !da.defined()) return absl::OkStatus();
+  CCTUNE_RETURN_IF_ERROR(ops::Scale(du, du, scale));
+  return ops::LinearBackward(dx, OrNull(da), nullptr, du, x, a);
 }
 
 absl::StatusOr<DecoderTrainer::Batch> DecoderTrainer::PrepareBatch(const Tensor& tokens,
@@ -367,7 +417,11 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
     CCTUNE_ASSIGN_OR_RETURN(Tensor logits, logits_buf.Narrow(0, 0, rows));
     CCTUNE_ASSIGN_OR_RETURN(Tensor x_rows, xnf.Narrow(0, r0, rows));
     CCTUNE_ASSIGN_OR_RETURN(Tensor targets, bt.labels.Narrow(0, r0, rows));
-    CCTUNE_RETURN_IF_ERROR(ops::Linear(logits, x_rows, *output_weight_, output_bias_));
+    if (output_lora_ != nullptr) {
+      CCTUNE_RETURN_IF_ERROR(output_lora_->Forward(logits, x_rows));
+    } else {
+      CCTUNE_RETURN_IF_ERROR(ops::Linear(logits, x_rows, *output_weight_, output_bias_));
+    }
     CCTUNE_RETURN_IF_ERROR(ops::CrossEntropyForward(loss_sum, num_valid, nullptr, logits, targets));
     CCTUNE_ASSIGN_OR_RETURN(std::vector<float> ls, loss_sum.ToFloatVector());
     result.loss_sum += ls[0];
@@ -377,6 +431,9 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
       CCTUNE_ASSIGN_OR_RETURN(Tensor dx_rows, dxnf.Narrow(0, r0, rows));
       CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&dx_rows, OrNull(g_out_w), OrNull(g_out_b),
                                                  logits, x_rows, *output_weight_));
+      if (output_lora_ != nullptr) {
+        CCTUNE_RETURN_IF_ERROR(AdapterBackward(&dx_rows, *output_lora_, logits, x_rows));
+      }
     }
   }
   if (!do_backward) return result;

@@ -17,6 +17,11 @@
 // of valid labels of the whole step as `normalizer` so that their sum is the full batch's mean
 // gradient. Tied output projections add their gradient to tok_embeddings.weight.
 //
+// LoRA: LoRALinear projections (modules/lora_linear.h) anywhere a Linear is, including the
+// output, get their adapter's forward and backward; with a gradient arena holding only the
+// adapters (models/lora.h LoRATrainableLayout) and frozen_if_missing, only they get gradients
+// (the frozen base weights still pass dx through). lora_dropout > 0 is Unimplemented.
+//
 // Supported: GQA/MQA, q/k/v (and any other Linear) biases, tied or untied output, RoPE of any
 // flavour, an explicit bool mask [b, s, s] (packing) and input_pos [b, s] or [s]. Not
 // supported (Unimplemented from Create): q_norm/k_norm inside attention.
@@ -32,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
 #include "modules/linear.h"
+#include "modules/lora_linear.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
 
@@ -94,8 +100,13 @@ class DecoderTrainer {
                                      const Tensor* mask, const Tensor* input_pos) const;
   // The gradient view of `param`; undefined when it is frozen.
   Tensor Grad(const Tensor& param) const;
+  // Also the adapter's backward when `linear` is an unmerged LoRALinear.
   absl::Status LinearBackward(Tensor* dx, const Linear& linear, const Tensor& dy,
                               const Tensor& x) const;
+  // The adapter part of a LoRALinear's backward (gradients of lora_a/lora_b unless frozen,
+  // and its contribution to dx).
+  absl::Status AdapterBackward(Tensor* dx, const LoRALinear& lora, const Tensor& dy,
+                               const Tensor& x) const;
   absl::Status LayerForward(size_t l, LayerActs& acts, const Tensor& x, Tensor& out,
                             const Batch& batch);
   absl::Status LayerBackward(size_t l, const LayerActs& acts, const Tensor& x, Tensor& dh,
@@ -107,6 +118,7 @@ class DecoderTrainer {
   DecoderTrainerOptions options_;
   const Tensor* output_weight_ = nullptr;  // the output projection's weight (maybe tied)
   const Tensor* output_bias_ = nullptr;
+  const LoRALinear* output_lora_ = nullptr;  // an unmerged LoRA output projection
   // Parameter (by the address of its bound tensor) -> its gradient view.
   absl::flat_hash_map<const Tensor*, Tensor> grads_;
 };

@@ -17,8 +17,11 @@
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
 #include "models/decoder_builder.h"
+#include "models/lora.h"
+#include "modules/lora_linear.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
+#include "training/optim.h"
 
 namespace cctune {
 namespace {
@@ -505,6 +508,213 @@ TEST(DecoderTrainerErrorsTest, RejectsBadInputs) {
   const LossSum l = ValueOrDie(trainer->ForwardBackward(tokens, none));
   EXPECT_EQ(l.num_valid, 0);
   for (float g : AllGrads(m.grads)) ASSERT_EQ(g, 0.f);
+}
+
+// ---- LoRA ----
+
+// A tiny untied LoRA model (adapters on q, k, v, output_proj, the MLP and the output; rank 3,
+// alpha 6 so scale 2), random base and adapters (lora_b non-zero, as after some training),
+// with a gradient arena holding the adapters only.
+struct LoRAModel {
+  std::unique_ptr<TransformerDecoder> decoder;
+  ParameterArena params;
+  ParameterArena grads;
+};
+
+LoRAOptions TinyLoRA(bool all) {
+  LoRAOptions o;
+  o.lora_attn_modules = all ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "output_proj"}
+                            : std::vector<std::string>{"v_proj"};
+  o.apply_lora_to_mlp = all;
+  o.apply_lora_to_output = all;
+  o.lora_rank = 3;
+  o.lora_alpha = 6.0;
+  return o;
+}
+
+LoRAModel MakeLoRAModel(const DecoderConfig& config, const LoRAOptions& lora, uint64_t seed) {
+  LoRAModel m;
+  m.decoder = ValueOrDie(BuildLoRADecoder(config, lora));
+  m.params = ValueOrDie(ParameterArena::Create(*m.decoder, DType::kF32, Device::Cpu()));
+  Generator gen(seed);
+  for (const auto& [name, view] : m.params.named_tensors()) {
+    Tensor t = view;
+    float* p = t.data<float>();
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.find("bias") != std::string::npos;
+    const bool is_emb = name == "tok_embeddings.weight";
+    const bool is_lora = IsLoRAParameter(name);
+    const double std = is_emb ? 1.0 : (is_norm || is_bias) ? 0.1 : is_lora ? 0.2 : 0.5;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      p[i] = static_cast<float>((is_norm ? 1.0 : 0.0) + std * gen.Normal());
+    }
+  }
+  m.grads = ValueOrDie(
+      ParameterArena::Allocate(ValueOrDie(LoRATrainableLayout(*m.decoder)), Device::Cpu()));
+  return m;
+}
+
+// The merged parameters W + scale · B·A in fp64 (adapter entries are left in; RefLoss ignores
+// them), so RefLoss computes the LoRA model's loss.
+Params MergeRef(const Params& theta, double scale) {
+  Params merged = theta;
+  const std::string a_suffix = ".lora_a.weight";
+  for (const auto& [name, a] : theta) {
+    if (name.size() < a_suffix.size() ||
+        name.compare(name.size() - a_suffix.size(), a_suffix.size(), a_suffix) != 0) {
+      continue;
+    }
+    const std::string base = name.substr(0, name.size() - a_suffix.size());
+    const Vec& b = theta.at(base + ".lora_b.weight");
+    Vec& w = merged.at(base + ".weight");
+    const int64_t r = 3;
+    const int64_t in = static_cast<int64_t>(a.size()) / r;
+    const int64_t out = static_cast<int64_t>(b.size()) / r;
+    EXPECT_EQ(static_cast<int64_t>(w.size()), in * out) << base;
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < in; ++i) {
+        double acc = 0;
+        for (int64_t k = 0; k < r; ++k) acc += b[o * r + k] * a[k * in + i];
+        w[o * in + i] += scale * acc;
+      }
+    }
+  }
+  return merged;
+}
+
+TEST(DecoderTrainerLoRATest, AdapterGradientsMatchFiniteDifferencesOfFp64Reference) {
+  for (const Case& c : {Cases()[1], Cases()[2]}) {  // untied MQA with biases; packed GQA
+    LoRAModel m = MakeLoRAModel(c.config, TinyLoRA(true), 71);
+    // Only adapters are trainable: 2 layers x 7 projections + output, two tensors each.
+    EXPECT_EQ(m.grads.named_tensors().size(), 2u * (2 * 7 + 1));
+    EXPECT_EQ(m.grads.NumParameters(), NumLoRAParameters(*m.decoder));
+    for (const auto& [name, t] : m.grads.named_tensors()) EXPECT_TRUE(IsLoRAParameter(name));
+    EXPECT_FALSE(DecoderTrainer::Create(m.decoder.get(), &m.grads).ok());
+    Generator gen(72);
+    const Data data = MakeData(c, gen);
+    DecoderTrainerOptions opts;
+    opts.frozen_if_missing = true;
+    opts.logits_chunk_rows = 4;
+    auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+    const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+    const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+    const LossSum loss =
+        ValueOrDie(trainer->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+    Params theta = ToDouble(m.params);
+    EXPECT_NEAR(loss.Mean(), RefLoss(c, MergeRef(theta, 2.0), data), 1e-5) << c.name;
+    // The generation path (LoRALinear::Forward) gives the same loss.
+    {
+      const Tensor logits = ValueOrDie((*m.decoder)(data.t_tokens, mask, pos));
+      const Tensor rows = ValueOrDie(logits.View({c.b * c.s, c.config.vocab_size}));
+      const Tensor targets = ValueOrDie(data.t_labels.View({c.b * c.s}));
+      Tensor sum = ValueOrDie(Tensor::Empty({}, DType::kF32));
+      Tensor count = ValueOrDie(Tensor::Empty({}, DType::kI64));
+      ASSERT_TRUE(ops::CrossEntropyForward(sum, count, nullptr, rows, targets).ok());
+      EXPECT_NEAR(ValueOrDie(sum.ToFloatVector())[0], loss.loss_sum, 1e-5 * loss.loss_sum);
+    }
+    Generator pick(73);
+    const double h = 1e-5;
+    for (const auto& [name, gview] : m.grads.named_tensors()) {
+      const std::vector<float> g = Floats(gview);
+      double max_g = 0;
+      int64_t arg_max = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (std::fabs(g[i]) > max_g) max_g = std::fabs(g[i]), arg_max = static_cast<int64_t>(i);
+      }
+      EXPECT_GT(max_g, 1e-5) << c.name << " " << name << " has no gradient to check";
+      std::vector<int64_t> idx = {arg_max};
+      for (int k = 0; k < 4; ++k) idx.push_back(static_cast<int64_t>(pick.UniformInt(g.size())));
+      for (int64_t i : idx) {
+        Vec& x = theta[name];
+        const double x0 = x[i];
+        x[i] = x0 + h;
+        const double up = RefLoss(c, MergeRef(theta, 2.0), data);
+        x[i] = x0 - h;
+        const double down = RefLoss(c, MergeRef(theta, 2.0), data);
+        x[i] = x0;
+        const double want = (up - down) / (2 * h);
+        EXPECT_NEAR(g[i], want, 5e-5 * (max_g + std::fabs(want)) + 1e-7)
+            << c.name << " d" << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+// One AdamW step over the adapters (LoRAParamBuffers: one ParamBuffer per adapter tensor)
+// changes every adapter and no base weight.
+TEST(DecoderTrainerLoRATest, AdamWStepChangesOnlyAdapters) {
+  const Case c = Cases()[0];  // tied: the embedding is also the output projection
+  LoRAModel m = MakeLoRAModel(c.config, TinyLoRA(false), 81);
+  const Params before = ToDouble(m.params);
+  Generator gen(82);
+  const Data data = MakeData(c, gen);
+  DecoderTrainerOptions opts;
+  opts.frozen_if_missing = true;
+  auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+  ASSERT_TRUE(trainer->ForwardBackward(data.t_tokens, data.t_labels).ok());
+  {  // activation checkpointing recomputes LoRA layers to the same bits
+    ParameterArena again = ValueOrDie(ParameterArena::Allocate(m.grads.layout(), Device::Cpu()));
+    DecoderTrainerOptions ck = opts;
+    ck.activation_checkpointing = true;
+    auto t2 = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &again, ck));
+    ASSERT_TRUE(t2->ForwardBackward(data.t_tokens, data.t_labels).ok());
+    EXPECT_EQ(AllGrads(again), AllGrads(m.grads));
+  }
+  std::vector<ParamBuffer> buffers = ValueOrDie(LoRAParamBuffers(m.params, m.grads));
+  ASSERT_EQ(buffers.size(), 4u);  // v_proj lora_a/lora_b in two layers
+  AdamWOptions ao;
+  ao.lr = 1e-2;
+  auto opt = ValueOrDie(AdamW::Create(buffers, ao));
+  ASSERT_TRUE(opt->Step().ok());
+  const Params after = ToDouble(m.params);
+  int changed = 0;
+  for (const auto& [name, v] : before) {
+    if (IsLoRAParameter(name)) {
+      EXPECT_NE(after.at(name), v) << name;
+      ++changed;
+    } else {
+      EXPECT_EQ(after.at(name), v) << name << " is frozen but changed";
+    }
+  }
+  EXPECT_EQ(changed, 4);
+}
+
+// Merging the adapters into the base weights (LoRALinear::Merge) gives the logits of the
+// unmerged model, and a plain model loading BaseStateDict of the merged weights gives them too.
+TEST(DecoderTrainerLoRATest, MergedAndUnmergedGiveTheSameLogits) {
+  for (const Case& c : {Cases()[0], Cases()[1]}) {
+    const bool untied = !c.config.tie_word_embeddings;
+    LoRAModel m = MakeLoRAModel(c.config, TinyLoRA(untied), 91);
+    Generator gen(92);
+    const Data data = MakeData(c, gen);
+    const std::vector<float> unmerged = Floats(ValueOrDie((*m.decoder)(data.t_tokens)));
+    ASSERT_TRUE(MergeLoRA(*m.decoder).ok());
+    const std::vector<float> merged = Floats(ValueOrDie((*m.decoder)(data.t_tokens)));
+    auto plain = ValueOrDie(BuildDecoder(c.config));
+    auto arena = ValueOrDie(ParameterArena::Create(*plain, DType::kF32, Device::Cpu()));
+    ASSERT_TRUE(arena.LoadStateDict(BaseStateDict(m.params.ExportStateDict())).ok());
+    const std::vector<float> from_plain = Floats(ValueOrDie((*plain)(data.t_tokens)));
+    ASSERT_EQ(merged.size(), unmerged.size());
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < merged.size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(merged[i] - unmerged[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(unmerged[i])));
+      ASSERT_EQ(merged[i], from_plain[i]) << i;
+    }
+    EXPECT_LE(max_diff, 1e-5 * std::max(1.0, max_abs)) << c.name;
+    EXPECT_GT(max_abs, 0.1);
+  }
+}
+
+TEST(DecoderTrainerLoRATest, RejectsDropout) {
+  LoRAOptions lora = TinyLoRA(false);
+  lora.lora_dropout = 0.1;
+  LoRAModel m = MakeLoRAModel(Cases()[0].config, lora, 95);
+  DecoderTrainerOptions opts;
+  opts.frozen_if_missing = true;
+  const absl::Status st = DecoderTrainer::Create(m.decoder.get(), &m.grads, opts).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("v_proj"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -53,8 +53,9 @@ absl::StatusOr<ParameterLayout> ParameterLayout::Create(std::vector<ParameterSpe
       layout.buffers_.push_back({spec.dtype, 0});
     }
     Buffer& buf = layout.buffers_[buffer];
-    const int64_t align_elems =
-        std::max<int64_t>(1, kParameterAlignmentBytes / DTypeSize(spec.dtype));
+    const int64_t align_elems = kParameterAlignmentElements;
+    static_assert(kParameterAlignmentElements * 2 == kParameterAlignmentBytes,
+                  "16-bit parameters start on kParameterAlignmentBytes boundaries");
     Entry e;
     e.buffer = buffer;
     e.offset = AlignUp(buf.numel, align_elems);

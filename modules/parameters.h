@@ -31,9 +31,14 @@
 
 namespace cctune {
 
-// Each parameter starts on a multiple of this many bytes inside its buffer (SIMD and cache
-// line friendly). Padding is counted in Bytes() but not in NumParameters().
+// Each parameter starts on a multiple of kParameterAlignmentElements ELEMENTS inside its
+// buffer, whatever the dtype, so that a layout and its WithDType(..) copy (bf16 weights, f32
+// gradients and optimizer moments) have identical element offsets: one flat index addresses
+// the same parameter element in every arena. 32 elements keep every dtype of 2 bytes or more on
+// a kParameterAlignmentBytes boundary (a cache line, one AVX-512 vector). Padding is counted
+// in Bytes() but not in NumParameters().
 constexpr size_t kParameterAlignmentBytes = 64;
+constexpr int64_t kParameterAlignmentElements = 32;
 
 struct ParameterSpec {
   std::string name;

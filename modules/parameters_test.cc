@@ -50,15 +50,15 @@ TEST(ParameterLayoutTest, AlignsEveryParameterAndGroupsByDtype) {
   ASSERT_EQ(layout.buffers().size(), 2u);
   EXPECT_EQ(layout.buffers()[0].dtype, DType::kF32);
   EXPECT_EQ(layout.buffers()[1].dtype, DType::kBF16);
-  // 64-byte alignment: 16 f32 or 32 bf16 elements.
+  // 32-element alignment whatever the dtype (128 bytes for f32, 64 for bf16).
   EXPECT_EQ(layout.Find("a")->offset, 0);
-  EXPECT_EQ(layout.Find("c")->offset, 16);
+  EXPECT_EQ(layout.Find("c")->offset, 32);
   EXPECT_EQ(layout.Find("b")->offset, 0);
   EXPECT_EQ(layout.Find("d")->offset, 32);
-  EXPECT_EQ(layout.buffers()[0].numel, 20);
+  EXPECT_EQ(layout.buffers()[0].numel, 36);
   EXPECT_EQ(layout.buffers()[1].numel, 49);
   EXPECT_EQ(layout.NumParameters(), 3 + 5 + 4 + 17);
-  EXPECT_EQ(layout.Bytes(), 20u * 4 + 49u * 2);
+  EXPECT_EQ(layout.Bytes(), 36u * 4 + 49u * 2);
   EXPECT_EQ(layout.Find("zzz"), nullptr);
 
   ParameterLayout grads = layout.WithDType(DType::kF32);
@@ -233,6 +233,30 @@ TEST(ParameterArenaTest, ExportStateDictGivesViewsByName) {
   ASSERT_TRUE(arena2.LoadStateDict(arena.ExportStateDict()).ok());
   EXPECT_EQ(ValueOrDie(arena2.buffers()[0].ToFloatVector()),
             ValueOrDie(arena.buffers()[0].ToFloatVector()));
+}
+
+TEST(ParameterLayoutTest, WithDTypeKeepsElementOffsets) {
+  // Odd sizes so that a dtype-dependent padding would shift the offsets.
+  std::vector<ParameterSpec> specs;
+  const int64_t sizes[] = {1, 17, 33, 63, 64, 65, 129, 5};
+  for (int i = 0; i < 8; ++i) {
+    specs.push_back({absl::StrCat("p", i), {sizes[i]}, DType::kBF16, {}});
+  }
+  auto bf16 = ValueOrDie(ParameterLayout::Create(specs));
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    ParameterLayout other = bf16.WithDType(dt);
+    ASSERT_EQ(other.entries().size(), bf16.entries().size());
+    ASSERT_EQ(other.buffers().size(), 1u);
+    EXPECT_EQ(other.buffers()[0].numel, bf16.buffers()[0].numel);
+    int64_t expected_offset = 0;
+    for (size_t i = 0; i < bf16.entries().size(); ++i) {
+      EXPECT_EQ(other.entries()[i].offset, bf16.entries()[i].offset) << i;
+      // Independent reference: round the running end up to 32 elements.
+      EXPECT_EQ(bf16.entries()[i].offset, expected_offset) << i;
+      expected_offset = (expected_offset + sizes[i] + 31) / 32 * 32;
+      EXPECT_EQ(other.entries()[i].offset * static_cast<int64_t>(DTypeSize(dt)) % 64, 0);
+    }
+  }
 }
 
 TEST(ParameterArenaTest, GradientArenaSharesTheLayout) {

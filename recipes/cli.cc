@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "recipes/builtin_configs.h"
+#include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
 
 namespace cctune {
@@ -162,7 +163,7 @@ int Validate(const std::vector<std::string>& args) {
     }
   } else {
     recipe = RecipeOfConfig(config_arg);
-    if (recipe == nullptr) recipe = FindRecipe("generate");  // the only recipe so far
+    if (recipe == nullptr) recipe = FindRecipe("generate");
   }
   absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
   if (!config.ok()) {
@@ -202,6 +203,11 @@ const std::vector<RecipeInfo>& Recipes() {
                   "llama2c/generation"},
                  GenerateMain,
                  ValidateGenerateConfig},
+      RecipeInfo{"full_finetune_single_device",
+                 {"demo/full_finetune", "llama3_1/8B_full_single_device",
+                  "llama3_2/1B_full_single_device"},
+                 FullFinetuneMain,
+                 ValidateFullFinetuneConfig},
   };
   return *recipes;
 }

@@ -38,8 +38,13 @@ ProcessResult Cctune(std::vector<std::string> args, const std::string& cwd = "")
 
 const std::vector<std::string>& BuiltinNames() {
   static const auto* names =
-      new std::vector<std::string>{"llama2/7B_generation", "llama3_1/8B_generation",
-                                   "llama3_2/1B_generation", "llama2c/generation"};
+      new std::vector<std::string>{"llama2/7B_generation",
+                                   "llama3_1/8B_generation",
+                                   "llama3_2/1B_generation",
+                                   "llama2c/generation",
+                                   "demo/full_finetune",
+                                   "llama3_1/8B_full_single_device",
+                                   "llama3_2/1B_full_single_device"};
   return *names;
 }
 
@@ -50,6 +55,7 @@ TEST(CctuneCliTest, LsListsRecipesAndConfigs) {
   ASSERT_EQ(lines.size(), 1 + BuiltinNames().size()) << r.out;
   EXPECT_THAT(lines[0], AllOf(HasSubstr("RECIPE"), HasSubstr("CONFIG")));
   EXPECT_EQ(lines[1].rfind("generate ", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[5].rfind("full_finetune_single_device ", 0), 0u) << lines[5];
   for (size_t i = 0; i < BuiltinNames().size(); ++i) {
     EXPECT_THAT(lines[1 + i], HasSubstr(BuiltinNames()[i]));
   }
@@ -65,9 +71,12 @@ TEST(CctuneCliTest, HelpAndBadVerbs) {
   r = Cctune({"download"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("invalid choice: 'download'"));
+  r = Cctune({"run", "lora_finetune_nope", "--config", "x"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("unknown recipe 'lora_finetune_nope'"));
   r = Cctune({"run", "full_finetune_single_device", "--config", "x"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.err, HasSubstr("unknown recipe 'full_finetune_single_device'"));
+  EXPECT_THAT(r.err, HasSubstr("config 'x' is neither a file nor a built-in config"));
 }
 
 TEST(CctuneCliTest, CpCopiesBuiltinConfigsVerbatim) {

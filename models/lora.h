@@ -1,0 +1,96 @@
+// LoRA variants of the Llama-family builders, as torchtune's lora_* builders: the same decoder
+// with LoRALinear (modules/lora_linear.h) in place of the chosen projections.
+//
+//   LoRAOptions lora;
+//   lora.lora_attn_modules = {"q_proj", "v_proj"};
+//   CCTUNE_ASSIGN_OR_RETURN(auto model, LoRALlama3_2_1B(lora));
+//   ... ParameterArena::Create(*model, ...), load the base checkpoint with strict=false ...
+//   CCTUNE_ASSIGN_OR_RETURN(ParameterLayout trainable, LoRATrainableLayout(*model));
+//   // grads = ParameterArena::Allocate(trainable, device); DecoderTrainer with
+//   // frozen_if_missing = true trains the adapters only.
+//
+// Parameter names are torchtune's: layers.N.attn.q_proj.weight (frozen base),
+// layers.N.attn.q_proj.lora_a.weight [rank, in], layers.N.attn.q_proj.lora_b.weight [out, rank];
+// mlp.w1/w2/w3 and output likewise.
+#ifndef CCTUNE_MODELS_LORA_H_
+#define CCTUNE_MODELS_LORA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/state_dict.h"
+#include "core/dtype.h"
+#include "models/decoder_builder.h"
+#include "models/registry.h"
+#include "modules/parameters.h"
+#include "modules/transformer_decoder.h"
+#include "training/optim.h"
+
+namespace cctune {
+
+struct LoRAOptions {
+  // Any of q_proj, k_proj, v_proj, output_proj.
+  std::vector<std::string> lora_attn_modules = {"q_proj", "v_proj"};
+  bool apply_lora_to_mlp = false;     // w1, w2, w3
+  bool apply_lora_to_output = false;  // the final projection (not with tied embeddings)
+  int64_t lora_rank = 8;
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+};
+
+// BuildDecoder(config) with LoRALinear on the projections `lora` selects. InvalidArgument
+// for an unknown attention module name, rank <= 0, dropout outside [0, 1), or
+// apply_lora_to_output with tied embeddings.
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildLoRADecoder(const DecoderConfig& config,
+                                                                     const LoRAOptions& lora);
+
+// The model builders' configs (the same numbers as models/<family>/).
+DecoderConfig Llama3_2_1BConfig();
+DecoderConfig Llama3_1_8BConfig();
+DecoderConfig Llama2_7BConfig();
+DecoderConfig Qwen2_5_0_5BConfig();
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama3_2_1B(const LoRAOptions& lora);
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama3_1_8B(const LoRAOptions& lora);
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama2_7B(const LoRAOptions& lora);
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRAQwen2_5_0_5B(const LoRAOptions& lora);
+
+// Whether `name` is an adapter parameter ("....lora_a.weight" / "....lora_b.weight").
+bool IsLoRAParameter(absl::string_view name);
+// The layout of `model`'s adapter parameters only (in model order, in `dtype`): the gradient
+// and optimizer-state arenas of a LoRA run.
+absl::StatusOr<ParameterLayout> LoRATrainableLayout(const Module& model,
+                                                    DType dtype = DType::kF32);
+// Number of adapter parameter elements of `model`.
+int64_t NumLoRAParameters(const Module& model);
+
+// Optimizer buffers for a LoRA run: one ParamBuffer per trainable tensor of `grads` (e.g. an
+// arena with LoRATrainableLayout), pairing the model's parameter view in `params` with its
+// gradient. Adapters are not contiguous in the model's arena, hence one buffer per tensor;
+// buffer names are the parameter names with '.' -> '_' (optimizer state
+// "layers_0_attn_q_proj_lora_a_weight.exp_avg"). NotFound / InvalidArgument on a name or
+// shape mismatch.
+absl::StatusOr<std::vector<ParamBuffer>> LoRAParamBuffers(const ParameterArena& params,
+                                                          const ParameterArena& grads);
+
+// Folds every adapter of `model` into its base weight (W += alpha/rank · B·A); afterwards the
+// model computes what the plain model with BaseStateDict's weights computes.
+absl::Status MergeLoRA(TransformerDecoder& model);
+// `state_dict` without its adapter entries (the merged model's weights, in torchtune names).
+StateDict BaseStateDict(const StateDict& state_dict);
+
+// Registers cctune.models.{llama3_2.lora_llama3_2_1b, llama3_1.lora_llama3_1_8b,
+// llama2.lora_llama2_7b, qwen2_5.lora_qwen2_5_0_5b} with torchtune's arguments
+// (lora_attn_modules as "q_proj,v_proj" or "['q_proj', 'v_proj']", apply_lora_to_mlp,
+// apply_lora_to_output, lora_rank, lora_alpha, lora_dropout). Names already registered are
+// left alone, so calling it twice is fine.
+absl::Status RegisterLoRABuilders(ModelRegistry& registry);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_MODELS_LORA_H_

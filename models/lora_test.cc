@@ -1,0 +1,245 @@
+#include "models/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hf.h"
+#include "checkpoint/peft.h"
+#include "core/random.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+#include "models/decoder_builder.h"
+#include "models/registry.h"
+#include "modules/lora_linear.h"
+#include "modules/parameters.h"
+
+namespace cctune {
+namespace {
+
+int64_t NumBase(const Module& m) { return m.NumParameters() - NumLoRAParameters(m); }
+
+// Counts recorded from torchtune 0.6.1's builders on the meta device (torch 2.15):
+//   lora_llama3_2_1b(lora_attn_modules=["q_proj", "v_proj"], lora_rank=8, lora_alpha=16)
+//     total 1236666368, base 1235814400 (= llama3_2_1b()), adapters 851968
+//   lora_llama3_2_1b(["q_proj", "k_proj", "v_proj", "output_proj"], apply_lora_to_mlp=True,
+//                    lora_rank=16, lora_alpha=32): adapters 11272192
+//   lora_llama3_1_8b(["q_proj", "v_proj"], apply_lora_to_mlp=True, apply_lora_to_output=True,
+//                    lora_rank=8): total 8048883712, base 8030261248, adapters 18622464
+TEST(LoRABuildersTest, ParameterCountsMatchTorchtune) {
+  LoRAOptions qv;
+  qv.lora_attn_modules = {"q_proj", "v_proj"};
+  qv.lora_rank = 8;
+  qv.lora_alpha = 16;
+  auto m = ValueOrDie(LoRALlama3_2_1B(qv));
+  EXPECT_EQ(m->NumParameters(), 1236666368);
+  EXPECT_EQ(NumBase(*m), 1235814400);
+  EXPECT_EQ(NumLoRAParameters(*m), 851968);
+  // Σ rank·(in + out): q 2048 -> 2048, v 2048 -> 512, 16 layers.
+  EXPECT_EQ(NumLoRAParameters(*m),
+            16 * (LoRAAdapterNumParameters(2048, 2048, 8) + LoRAAdapterNumParameters(2048, 512, 8)));
+  auto arena = ValueOrDie(ParameterArena::Create(*m, DType::kBF16, Device::Meta()));
+  EXPECT_EQ(arena.NumParameters(), 1236666368);
+
+  LoRAOptions all;
+  all.lora_attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"};
+  all.apply_lora_to_mlp = true;
+  all.lora_rank = 16;
+  all.lora_alpha = 32;
+  auto m2 = ValueOrDie(LoRALlama3_2_1B(all));
+  EXPECT_EQ(NumLoRAParameters(*m2), 11272192);
+  EXPECT_EQ(NumBase(*m2), 1235814400);
+
+  LoRAOptions big = qv;
+  big.apply_lora_to_mlp = true;
+  big.apply_lora_to_output = true;
+  auto m3 = ValueOrDie(LoRALlama3_1_8B(big));
+  EXPECT_EQ(m3->NumParameters(), 8048883712);
+  EXPECT_EQ(NumBase(*m3), 8030261248);
+  EXPECT_EQ(NumLoRAParameters(*m3), 18622464);
+}
+
+TEST(LoRABuildersTest, BaseCountsEqualThePlainBuilders) {
+  LoRAOptions o;
+  o.lora_attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"};
+  o.apply_lora_to_mlp = true;
+  o.lora_rank = 4;
+  for (auto cfg : {Llama3_2_1BConfig(), Llama3_1_8BConfig(), Llama2_7BConfig(),
+                   Qwen2_5_0_5BConfig()}) {
+    auto plain = ValueOrDie(BuildDecoder(cfg));
+    auto lora = ValueOrDie(BuildLoRADecoder(cfg, o));
+    EXPECT_EQ(NumBase(*lora), plain->NumParameters()) << DecoderConfigString(cfg);
+    const int64_t d = cfg.embed_dim, f = cfg.intermediate_dim;
+    const int64_t hd = cfg.head_dim > 0 ? cfg.head_dim : d / cfg.num_heads;
+    const int64_t q = cfg.num_heads * hd, kv = cfg.num_kv_heads * hd;
+    const int64_t per_layer = LoRAAdapterNumParameters(d, q, 4) +
+                              2 * LoRAAdapterNumParameters(d, kv, 4) +
+                              LoRAAdapterNumParameters(q, d, 4) +
+                              2 * LoRAAdapterNumParameters(d, f, 4) +
+                              LoRAAdapterNumParameters(f, d, 4);
+    EXPECT_EQ(NumLoRAParameters(*lora), cfg.num_layers * per_layer) << DecoderConfigString(cfg);
+  }
+}
+
+TEST(LoRABuildersTest, NamesAndTrainableLayout) {
+  DecoderConfig c;
+  c.vocab_size = 17;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.embed_dim = 16;
+  c.intermediate_dim = 24;
+  c.max_seq_len = 16;
+  LoRAOptions o;
+  o.lora_attn_modules = {"q_proj", "output_proj"};
+  o.apply_lora_to_output = true;
+  o.lora_rank = 2;
+  auto m = ValueOrDie(BuildLoRADecoder(c, o));
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m->NamedParameters()) names.push_back(name);
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  EXPECT_TRUE(has("layers.0.attn.q_proj.weight"));
+  EXPECT_TRUE(has("layers.0.attn.q_proj.lora_a.weight"));
+  EXPECT_TRUE(has("layers.1.attn.output_proj.lora_b.weight"));
+  EXPECT_TRUE(has("output.lora_a.weight"));
+  EXPECT_FALSE(has("layers.0.attn.k_proj.lora_a.weight"));
+  EXPECT_FALSE(has("layers.0.mlp.w1.lora_a.weight"));
+  ParameterLayout layout = ValueOrDie(LoRATrainableLayout(*m));
+  std::vector<std::string> trainable;
+  for (const auto& e : layout.entries()) trainable.push_back(e.spec.name);
+  EXPECT_EQ(trainable, (std::vector<std::string>{
+                           "layers.0.attn.q_proj.lora_a.weight",
+                           "layers.0.attn.q_proj.lora_b.weight",
+                           "layers.0.attn.output_proj.lora_a.weight",
+                           "layers.0.attn.output_proj.lora_b.weight",
+                           "layers.1.attn.q_proj.lora_a.weight",
+                           "layers.1.attn.q_proj.lora_b.weight",
+                           "layers.1.attn.output_proj.lora_a.weight",
+                           "layers.1.attn.output_proj.lora_b.weight",
+                           "output.lora_a.weight",
+                           "output.lora_b.weight",
+                       }));
+  EXPECT_EQ(layout.Find("output.lora_a.weight")->spec.shape, (Shape{2, 16}));
+  EXPECT_EQ(layout.Find("output.lora_b.weight")->spec.shape, (Shape{17, 2}));
+  EXPECT_EQ(layout.NumParameters(), NumLoRAParameters(*m));
+  EXPECT_FALSE(IsLoRAParameter("layers.0.attn.q_proj.weight"));
+}
+
+TEST(LoRABuildersTest, RejectsBadOptions) {
+  LoRAOptions o;
+  o.lora_attn_modules = {"q_proj", "gate_proj"};
+  absl::Status st = LoRALlama3_2_1B(o).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("gate_proj"), std::string::npos) << st;
+  o.lora_attn_modules = {"q_proj"};
+  o.lora_rank = 0;
+  EXPECT_FALSE(LoRALlama3_2_1B(o).ok());
+  o.lora_rank = 8;
+  o.apply_lora_to_output = true;  // llama3_2_1b ties its embeddings
+  st = LoRALlama3_2_1B(o).status();
+  EXPECT_NE(st.message().find("tied"), std::string::npos) << st;
+  EXPECT_TRUE(LoRALlama3_1_8B(o).ok());
+}
+
+TEST(LoRABuildersTest, RegistryResolvesBothSpellings) {
+  ModelRegistry& r = ModelRegistry::Global();
+  ASSERT_TRUE(RegisterLoRABuilders(r).ok());
+  ASSERT_TRUE(RegisterLoRABuilders(r).ok());  // idempotent
+  EXPECT_TRUE(r.Find("torchtune.models.llama3_2.lora_llama3_2_1b").ok());
+  EXPECT_TRUE(r.Find("cctune.models.llama3_1.lora_llama3_1_8b").ok());
+  EXPECT_TRUE(r.Find("torchtune.models.llama2.lora_llama2_7b").ok());
+  EXPECT_TRUE(r.Find("torchtune.models.qwen2_5.lora_qwen2_5_0_5b").ok());
+  auto m = ValueOrDie(r.Build("torchtune.models.llama3_2.lora_llama3_2_1b",
+                              {{"lora_attn_modules", "['q_proj', 'v_proj']"},
+                               {"lora_rank", "8"},
+                               {"lora_alpha", "16"}}));
+  EXPECT_EQ(NumLoRAParameters(*m), 851968);
+  EXPECT_FALSE(r.Build("cctune.models.llama3_2.lora_llama3_2_1b", {}).ok());  // required arg
+  EXPECT_FALSE(r.Build("cctune.models.llama3_2.lora_llama3_2_1b",
+                       {{"lora_attn_modules", "q_proj"}, {"lora_rank", "x"}})
+                   .ok());
+}
+
+// The export path of a LoRA run: adapters in PEFT layout, and merged weights in HF layout that
+// a plain model loads and with which it reproduces the LoRA model's logits.
+TEST(LoRAExportTest, MergedHfCheckpointReproducesLoRALogitsAndAdaptersRoundTrip) {
+  DecoderConfig c;
+  c.vocab_size = 19;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.embed_dim = 16;
+  c.intermediate_dim = 24;
+  c.max_seq_len = 16;
+  LoRAOptions o;
+  o.lora_attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"};
+  o.apply_lora_to_mlp = true;
+  o.apply_lora_to_output = true;
+  o.lora_rank = 2;
+  o.lora_alpha = 4;
+  auto lora = ValueOrDie(BuildLoRADecoder(c, o));
+  auto arena = ValueOrDie(ParameterArena::Create(*lora, DType::kF32, Device::Cpu()));
+  Generator gen(3);
+  ASSERT_TRUE(arena.InitializeRandom(gen).ok());
+  for (const auto& [name, t] : arena.named_tensors()) {  // non-zero lora_b: a trained adapter
+    Tensor v = t;
+    if (name.find("lora_b") != std::string::npos) {
+      ASSERT_TRUE(FillNormal(v, 0.0, 0.3, gen).ok());
+    }
+  }
+  HfModelConfig hf;
+  hf.vocab_size = c.vocab_size;
+  hf.hidden_size = c.embed_dim;
+  hf.intermediate_size = c.intermediate_dim;
+  hf.num_hidden_layers = c.num_layers;
+  hf.num_attention_heads = c.num_heads;
+  hf.num_key_value_heads = c.num_kv_heads;
+  hf.head_dim = c.embed_dim / c.num_heads;
+  hf.max_position_embeddings = c.max_seq_len;
+
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp != nullptr ? tmp : "/tmp") + "/lora_export_test";
+  // Adapters first (before merging), then the merged model.
+  StateDict adapters_before;
+  for (const auto& [name, t] : arena.ExportStateDict()) {
+    if (IsLoRAParameter(name)) adapters_before.emplace(name, ValueOrDie(t.Clone()));
+  }
+  PeftAdapterConfig ac;
+  ac.r = o.lora_rank;
+  ac.lora_alpha = o.lora_alpha;
+  ac.target_modules = LoRATargetModules(adapters_before);
+  ASSERT_TRUE(SavePeftAdapter(root + "/adapter", arena.ExportStateDict(), ac, hf).ok());
+
+  const Tensor tokens =
+      ValueOrDie(Tensor::FromVector(std::vector<int64_t>{1, 5, 7, 2, 18, 0, 3, 9}, {2, 4}));
+  const std::vector<float> want = ValueOrDie(ValueOrDie((*lora)(tokens)).ToFloatVector());
+  ASSERT_TRUE(MergeLoRA(*lora).ok());
+  ASSERT_TRUE(SaveHfCheckpoint(root + "/merged", BaseStateDict(arena.ExportStateDict()), hf).ok());
+
+  auto plain = ValueOrDie(BuildDecoder(c));
+  auto plain_arena = ValueOrDie(ParameterArena::Create(*plain, DType::kF32, Device::Cpu()));
+  const HfCheckpoint ckpt = ValueOrDie(LoadHfCheckpoint(root + "/merged"));
+  ASSERT_TRUE(plain_arena.LoadStateDict(ckpt.state_dict).ok());
+  const std::vector<float> got = ValueOrDie(ValueOrDie((*plain)(tokens)).ToFloatVector());
+  ASSERT_EQ(got.size(), want.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  EXPECT_LE(max_diff, 1e-5);
+
+  const PeftAdapter back = ValueOrDie(LoadPeftAdapter(root + "/adapter", hf));
+  ASSERT_EQ(back.state_dict.size(), adapters_before.size());
+  for (const auto& [name, t] : adapters_before) {
+    EXPECT_EQ(ValueOrDie(back.state_dict.at(name).ToFloatVector()),
+              ValueOrDie(t.ToFloatVector()))
+        << name;
+  }
+}
+
+}  // namespace
+}  // namespace cctune
