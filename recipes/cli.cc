@@ -10,6 +10,7 @@
 #include "recipes/builtin_configs.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
+#include "recipes/lora_finetune_single_device.h"
 
 namespace cctune {
 
@@ -200,7 +201,7 @@ const std::vector<RecipeInfo>& Recipes() {
   static const auto* const recipes = new std::vector<RecipeInfo>{
       RecipeInfo{"generate",
                  {"llama2/7B_generation", "llama3_1/8B_generation", "llama3_2/1B_generation",
-                  "llama2c/generation"},
+                  "llama2c/generation", "demo/generation"},
                  GenerateMain,
                  ValidateGenerateConfig},
       RecipeInfo{"full_finetune_single_device",
@@ -208,6 +209,11 @@ const std::vector<RecipeInfo>& Recipes() {
                   "llama3_2/1B_full_single_device"},
                  FullFinetuneMain,
                  ValidateFullFinetuneConfig},
+      RecipeInfo{"lora_finetune_single_device",
+                 {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
+                  "llama3_2/1B_lora_single_device"},
+                 LoRAFinetuneMain,
+                 ValidateLoRAFinetuneConfig},
   };
   return *recipes;
 }

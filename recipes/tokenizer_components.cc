@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "data/byte_tokenizer.h"
 #include "tokenizers/llama2c.h"
 #include "tokenizers/sentencepiece.h"
 #include "tokenizers/tiktoken.h"
@@ -146,6 +147,19 @@ absl::Status RegisterTokenizers() {
           CCTUNE_ASSIGN_OR_RETURN(
               out.tokenizer, MakeLlama2cTokenizer(path, static_cast<int32_t>(vocab.value_or(0))));
           return out;
+        }));
+    // The project's byte-level tokenizer (the demo model's): needs no file.
+    CCTUNE_RETURN_IF_ERROR(TokenizerRegistry().Register(
+        "cctune.data.byte_tokenizer",
+        Schema("", "byte-level tokenizer (256 bytes + 8 Llama 3 special tokens, vocab 264)")
+            .Default("max_seq_len", KeyType::Int().OrNull(), ConfigNode::Null(),
+                     "samples are cut to this many tokens")
+            .Check("max_seq_len", PositiveOrNull),
+        [](const ConfigNode& node) -> absl::StatusOr<TokenizerComponent> {
+          TokenizerComponent t;
+          t.tokenizer = std::make_unique<ByteTokenizer>();
+          CCTUNE_ASSIGN_OR_RETURN(t.max_seq_len, node.GetOptionalInt("max_seq_len"));
+          return t;
         }));
     return absl::OkStatus();
   }();

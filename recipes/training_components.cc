@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/random.h"
 #include "core/status.h"
-#include "data/byte_tokenizer.h"
 #include "data/dataset.h"
 #include "data/dataset_components.h"
 #include "recipes/tokenizer_components.h"
@@ -192,19 +191,6 @@ absl::Status RegisterTrainingComponents() {
     }
     CCTUNE_RETURN_IF_ERROR(
         LossRegistry().AddAlias("torch.nn.CrossEntropyLoss", "cctune.modules.loss.CrossEntropyLoss"));
-
-    CCTUNE_RETURN_IF_ERROR(TokenizerRegistry().Register(
-        "cctune.data.byte_tokenizer",
-        Schema("", "byte-level tokenizer (256 bytes + 8 Llama 3 special tokens, vocab 264)")
-            .Default("max_seq_len", KeyType::Int().OrNull(), ConfigNode::Null(),
-                     "samples are cut to this many tokens")
-            .Check("max_seq_len", PositiveInt),
-        [](const ConfigNode& node) -> absl::StatusOr<TokenizerComponent> {
-          TokenizerComponent t;
-          t.tokenizer = std::make_unique<ByteTokenizer>();
-          CCTUNE_ASSIGN_OR_RETURN(t.max_seq_len, node.GetOptionalInt("max_seq_len"));
-          return t;
-        }));
 
     CCTUNE_RETURN_IF_ERROR(DatasetRegistry().Register(
         "cctune.data.synthetic_arithmetic",

@@ -241,5 +241,24 @@ TEST_F(GenerateRecipeStories260KTest, GreedyFromBosMatchesRunC) {
   }
 }
 
+// The README's main command: the demo model (trained by the project, checkpoint committed in
+// tests/assets/demo) run through the built-in config from the workspace root, greedy.
+TEST(GenerateRecipeDemoTest, ReadmeMainCommandWritesTheSum) {
+  const std::string marker = "tests/assets/demo/config.json";
+  const std::string config_json = RunfilePath(marker);
+  ASSERT_FALSE(ReadFile(config_json).empty()) << config_json;
+  const std::string root = config_json.substr(0, config_json.size() - marker.size());
+  for (const auto& [prompt, sum] : std::vector<std::pair<std::string, std::string>>{
+           {"12+35=", "47"}, {"47+58=", "105"}, {"99+1=", "100"}}) {
+    ProcessResult r = RunProcess(
+        {RunfilePath("recipes/generate"), "--config", "demo/generation", "prompt.user=" + prompt},
+        root);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, prompt + sum + "\n");
+    ExpectMetricLines(r.err);
+    EXPECT_THAT(r.err, HasSubstr("layout grouped"));
+  }
+}
+
 }  // namespace
 }  // namespace cctune
