@@ -28,6 +28,8 @@
 #include "modules/decoder_backward.h"
 #include "modules/parameters.h"
 #include "recipes/builtin_configs.h"
+#include "recipes/config_checks.h"
+#include "recipes/finetune_utils.h"
 #include "recipes/checkpointer_components.h"
 #include "recipes/model_components.h"
 #include "recipes/tokenizer_components.h"
@@ -45,22 +47,6 @@ namespace fs = std::filesystem;
 
 constexpr char kLatestFile[] = "LATEST";
 constexpr char kRecipeStateFile[] = "recipe_state.safetensors";
-
-absl::Status AtLeastOne(const ConfigNode& node) {
-  if (node.kind() == ConfigNode::Kind::kInt && node.int_value() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("must be >= 1, got ", node.int_value()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuOnly(const ConfigNode& node) {
-  if (node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
-  if (node.string_value() != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("device '", node.string_value(), "': training runs on cpu only for now"));
-  }
-  return absl::OkStatus();
-}
 
 Schema BuildSchema() {
   return Schema("full_finetune_single_device",
@@ -122,57 +108,6 @@ Schema BuildSchema() {
       .Check("stop_after_steps", AtLeastOne);
 }
 
-absl::StatusOr<DType> RecipeDType(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("dtype '", name, "': expected fp32 or bf16"));
-}
-
-// config.json fields of `model`; tied when the arena has no output.weight.
-HfModelConfig ModelHfConfig(const TransformerDecoder& model, const ParameterArena& arena,
-                            DType dtype) {
-  HfModelConfig c;
-  const auto& attn = model.layer(0).attn();
-  c.vocab_size = model.vocab_size();
-  c.hidden_size = model.embed_dim();
-  c.intermediate_size = model.layer(0).mlp().hidden_dim();
-  c.num_hidden_layers = static_cast<int64_t>(model.num_layers());
-  c.num_attention_heads = attn.num_heads();
-  c.num_key_value_heads = attn.num_kv_heads();
-  c.head_dim = attn.head_dim();
-  c.max_position_embeddings = model.max_seq_len();
-  // The f32 eps, written with the digits a float holds (1e-05, not 9.99999974e-06).
-  c.rms_norm_eps = std::stod(absl::StrFormat("%.7g", model.norm().eps()));
-  if (attn.pos_embeddings() != nullptr) c.rope_theta = attn.pos_embeddings()->base();
-  c.tie_word_embeddings = arena.layout().Find("output.weight") == nullptr;
-  c.qkv_bias = arena.layout().Find("layers.0.attn.q_proj.bias") != nullptr;
-  c.o_bias = arena.layout().Find("layers.0.attn.output_proj.bias") != nullptr;
-  c.dtype = dtype == DType::kBF16 ? "bfloat16" : "float32";
-  return c;
-}
-
-std::vector<ConfigError> MissingDatasetFiles(const ConfigNode& root, const char* key) {
-  std::vector<ConfigError> errors;
-  const ConfigNode* ds = root.Find(key);
-  if (ds == nullptr || !ds->IsMap()) return errors;
-  std::string path;
-  if (const ConfigNode* f = ds->Find("data_files");
-      f != nullptr && f->kind() == ConfigNode::Kind::kString) {
-    path = f->string_value();
-  } else if (const ConfigNode* s = ds->Find("source");
-             s != nullptr && s->kind() == ConfigNode::Kind::kString && s->string_value() != "json") {
-    path = s->string_value();
-  }
-  if (!path.empty() && !fs::exists(path)) {
-    ConfigError e;
-    e.location = ds->location();
-    e.key = key;
-    e.message = absl::StrCat("dataset file '", path, "' does not exist");
-    errors.push_back(std::move(e));
-  }
-  return errors;
-}
-
 struct Run {
   std::unique_ptr<TransformerDecoder> model;
   ParameterArena params;
@@ -184,17 +119,6 @@ struct Run {
   HfModelConfig hf_config;
   DType dtype = DType::kF32;
 };
-
-absl::StatusOr<MicroBatch> ToMicroBatch(const Batch& batch) {
-  MicroBatch mb;
-  mb.tokens = batch.tokens;
-  CCTUNE_ASSIGN_OR_RETURN(mb.labels, ShiftLabels(batch.labels));
-  if (batch.packed) {
-    CCTUNE_ASSIGN_OR_RETURN(mb.mask, BlockCausalMask(batch));
-    mb.input_pos = batch.input_pos;
-  }
-  return mb;
-}
 
 // Writes <output_dir>/step_<step>/ then points LATEST at it; removes older step_ dirs.
 absl::Status SaveCheckpoint(const std::string& output_dir, const Run& run, RecipeState state) {
@@ -216,22 +140,6 @@ absl::Status SaveCheckpoint(const std::string& output_dir, const Run& run, Recip
   }
   std::fprintf(stderr, "Saved checkpoint %s\n", dir.c_str());
   return absl::OkStatus();
-}
-
-absl::StatusOr<double> ValidationLoss(DecoderTrainer& trainer, DataLoader& loader) {
-  double sum = 0;
-  int64_t n = 0;
-  CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(0));
-  while (!loader.EpochDone()) {
-    CCTUNE_ASSIGN_OR_RETURN(Batch batch, loader.Next());
-    CCTUNE_ASSIGN_OR_RETURN(MicroBatch mb, ToMicroBatch(batch));
-    CCTUNE_ASSIGN_OR_RETURN(
-        LossSum l, trainer.Loss(mb.tokens, mb.labels, mb.mask.defined() ? &mb.mask : nullptr,
-                                mb.input_pos.defined() ? &mb.input_pos : nullptr));
-    sum += l.loss_sum;
-    n += l.num_valid;
-  }
-  return n > 0 ? sum / n : 0.0;
 }
 
 }  // namespace

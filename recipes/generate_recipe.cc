@@ -19,6 +19,7 @@
 #include "modules/attention.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/checkpointer_components.h"
+#include "recipes/config_checks.h"
 #include "recipes/model_components.h"
 #include "recipes/tokenizer_components.h"
 #include "tokenizers/prompt_template.h"
@@ -32,13 +33,6 @@ absl::Status DeviceName(const ConfigNode& node) {
   absl::StatusOr<Device> d = ParseDevice(node.string_value());
   if (!d.ok()) return d.status();
   if (d->is_meta()) return absl::InvalidArgumentError("generation cannot run on the meta device");
-  return absl::OkStatus();
-}
-
-absl::Status AtLeastOne(const ConfigNode& node) {
-  if (node.kind() == ConfigNode::Kind::kInt && node.int_value() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("must be >= 1, got ", node.int_value()));
-  }
   return absl::OkStatus();
 }
 
@@ -104,12 +98,6 @@ Schema BuildSchema() {
                "grouped: n_kv heads cached; expanded: n_h heads (torchtune before #1961)")
       .Default("quantizer", KeyType::Any().OrNull(), ConfigNode::Null(), "must be null")
       .Check("quantizer", MustBeNull);
-}
-
-absl::StatusOr<DType> RecipeDType(const std::string& name) {
-  if (name == "fp32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("dtype '", name, "': expected fp32 or bf16"));
 }
 
 double Gb(double bytes) { return bytes / 1e9; }

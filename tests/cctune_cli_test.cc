@@ -21,15 +21,9 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ProcessResult;
+using testing::ReadFile;
 using testing::RunfilePath;
 using testing::RunProcess;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 ProcessResult Cctune(std::vector<std::string> args, const std::string& cwd = "") {
   args.insert(args.begin(), RunfilePath("recipes/cctune"));

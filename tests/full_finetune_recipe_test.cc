@@ -22,15 +22,9 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ProcessResult;
+using testing::ReadFile;
 using testing::RunfilePath;
 using testing::RunProcess;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 

@@ -25,15 +25,9 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ProcessResult;
+using testing::ReadFile;
 using testing::RunfilePath;
 using testing::RunProcess;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The value of the KV-cache line's byte count, or -1.
 int64_t KvBytes(const std::string& err) {

@@ -13,17 +13,6 @@
 namespace cctune {
 namespace testing {
 
-namespace {
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string& cwd) {
   static int counter = 0;
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -49,14 +38,21 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string
   int status = 0;
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = Slurp(out_path);
-  result.err = Slurp(err_path);
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
   return result;
 }
 
 std::string RunfilePath(const std::string& workspace_relative) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/cctune/", workspace_relative);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace testing

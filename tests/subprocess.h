@@ -1,4 +1,5 @@
-// Test helper: runs a program and captures its exit code, stdout and stderr separately.
+// Test helpers for running the recipe binaries: run a program and capture its exit code,
+// stdout and stderr separately; locate runfiles; read the files a run wrote.
 #ifndef CCTUNE_TESTS_SUBPROCESS_H_
 #define CCTUNE_TESTS_SUBPROCESS_H_
 
@@ -19,6 +20,9 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string
 
 // A binary of this workspace from the test's runfiles, e.g. RunfilePath("recipes/generate").
 std::string RunfilePath(const std::string& workspace_relative);
+
+// The whole file (empty when it cannot be read): for the files a recipe run wrote.
+std::string ReadFile(const std::string& path);
 
 }  // namespace testing
 }  // namespace cctune

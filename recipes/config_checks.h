@@ -1,0 +1,23 @@
+// Small value checks and parsers shared by the recipes' config schemas.
+#ifndef CCTUNE_RECIPES_CONFIG_CHECKS_H_
+#define CCTUNE_RECIPES_CONFIG_CHECKS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/node.h"
+#include "core/dtype.h"
+
+namespace cctune {
+
+// Schema check: an int value must be >= 1 (other kinds pass; the schema checks types).
+absl::Status AtLeastOne(const ConfigNode& node);
+// Schema check for the training recipes' `device`: only "cpu" for now.
+absl::Status CpuOnly(const ConfigNode& node);
+// The recipes' `dtype` key: fp32 or bf16.
+absl::StatusOr<DType> RecipeDType(const std::string& name);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_RECIPES_CONFIG_CHECKS_H_
