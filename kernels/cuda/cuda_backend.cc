@@ -254,6 +254,12 @@ class CudaBackend final : public OpBackend {
     return out.CopyFrom(host_out);
   }
 
+  // ---- Training: backward of the elementwise, row-wise, embedding, linear and loss ops ----
+  // (end of training ops section)
+
+  // ---- Training: attention with log-sum-exp, and its backward ----
+  // (end of attention training section)
+
  private:
   absl::Status Binary(BinaryOp op, Tensor& out, const Tensor& a, const Tensor& b) {
     CCTUNE_RETURN_IF_ERROR(UseDevice(out.device().index));

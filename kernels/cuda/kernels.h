@@ -108,6 +108,12 @@ size_t AttentionWorkspaceBytes(const AttentionArgs& args, int num_splits);
 cudaError_t LaunchAttention(const AttentionArgs& args, int num_splits, void* workspace,
                             cudaStream_t stream);
 
+// ---- Training: backward kernels (elementwise, row-wise, embedding, loss) ----
+// (end of training kernels section)
+
+// ---- Training: attention forward with log-sum-exp, and its backward ----
+// (end of attention training kernels section)
+
 }  // namespace cuda
 }  // namespace cctune
 

@@ -4,7 +4,7 @@
 # logic, launch configurations and cuBLAS arguments for machines without a GPU. It is not a
 # substitute for running the tests on a GPU (see emu.h for what it cannot see).
 #
-#   kernels/cuda/emu/run_emu.sh [--asan] [gtest flags...]
+#   [CCTUNE_EMU_TESTS="cuda_ops_test ..."] kernels/cuda/emu/run_emu.sh [--asan] [gtest flags...]
 #
 # Needs g++, python3, pkg-config and the Debian packages of tools/setup.sh. Builds into
 # $CCTUNE_EMU_DIR (default /tmp/cctune_cuda_emu), recompiling only what changed.
@@ -53,7 +53,14 @@ for s in "${srcs[@]}"; do objs+=("$(obj_of "$s")"); done
 libs=($(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format \
           absl_synchronization gtest gmock openblas) -lgtest_main)
 status=0
-for t in cuda_device_test cuda_ops_test; do
+tests=()
+# Every kernels/cuda/*_test.cc, or only those named in $CCTUNE_EMU_TESTS (space-separated).
+if [[ -n "${CCTUNE_EMU_TESTS:-}" ]]; then
+  read -ra tests <<< "$CCTUNE_EMU_TESTS"
+else
+  for f in "$repo"/kernels/cuda/*_test.cc; do tests+=("$(basename "$f" .cc)"); done
+fi
+for t in "${tests[@]}"; do
   g++ "${flags[@]}" "$repo/kernels/cuda/$t.cc" "${objs[@]}" "${libs[@]}" -o "$out/$t"
   echo "== $t (emulated)"
   "$out/$t" "$@" || status=1
