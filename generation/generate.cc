@@ -263,7 +263,8 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
       }
       logits = decode_logits;
     } else {
-      CCTUNE_ASSIGN_OR_RETURN(logits, Tensor::Empty({b, sq, v}, DType::kF32, device));
+      // Only the last position's logits are sampled from, so only they are computed.
+      CCTUNE_ASSIGN_OR_RETURN(logits, Tensor::Empty({b, 1, v}, DType::kF32, device));
     }
     absl::Status st = model.Forward(logits, in.tokens(), &in.mask(), &in.positions());
     if (!st.ok()) {
@@ -273,7 +274,7 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     ++result.num_forward_passes;
     if (incremental) result.kv_positions_read += q0 + sq;
 
-    CCTUNE_ASSIGN_OR_RETURN(Tensor last, logits.Select(1, sq - 1));  // [b, v]
+    CCTUNE_ASSIGN_OR_RETURN(Tensor last, logits.Select(1, 0));  // [b, v]
     CCTUNE_RETURN_IF_ERROR(ops::Sample(sampled, last, options.sampling, gen));
     CCTUNE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, sampled.ToInt64Vector());
     if (options.return_logits) {

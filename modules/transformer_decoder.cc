@@ -157,8 +157,25 @@ absl::Status TransformerDecoder::Forward(Tensor& logits, const Tensor& tokens, c
     absl::Status st = layers_[i]->Forward(h, h, mask, input_pos);  // [b, s, d], in place
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
   }
-  CCTUNE_RETURN_IF_ERROR(norm_->Forward(h, h));
-  return output_->Forward(logits, h);  // [b, s, v]
+  // logits [b, s_out, v] with s_out < s asks for the last s_out positions only (generation
+  // needs just the last one): the final norm and the output projection, which for a long
+  // prompt and a large vocabulary cost as much as a whole layer, then run on those rows alone.
+  const int64_t v = vocab_size();
+  if (logits.dim() != 3 || logits.size(0) != b || logits.size(1) < 1 || logits.size(1) > s ||
+      logits.size(2) != v) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TransformerDecoder: logits must be f32 [", b, ", s_out, ", v,
+                     "] with 1 <= s_out <= s = ", s, ", got ", ShapeToString(logits.shape())));
+  }
+  const int64_t s_out = logits.size(1);
+  Tensor h_out = h;
+  if (s_out < s) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor tail, h.Narrow(1, s - s_out, s_out));
+    CCTUNE_ASSIGN_OR_RETURN(h_out, scratch_.Get(1, {b, s_out, d}, DType::kF32, dev));
+    CCTUNE_RETURN_IF_ERROR(h_out.CopyFrom(tail));
+  }
+  CCTUNE_RETURN_IF_ERROR(norm_->Forward(h_out, h_out));
+  return output_->Forward(logits, h_out);  // [b, s_out, v]
 }
 
 absl::StatusOr<Tensor> TransformerDecoder::operator()(const Tensor& tokens, const Tensor* mask,

@@ -63,7 +63,9 @@ class TransformerDecoder : public Module {
   // Sum of Bytes() over every layer's cache.
   size_t KvCacheBytes() const;
 
-  // logits [b, s, v] (f32) = decoder(tokens [b, s] i32/i64).
+  // logits [b, s, v] (f32) = decoder(tokens [b, s] i32/i64). A logits tensor [b, s_out, v]
+  // with 1 <= s_out < s receives the last s_out positions only (the final norm and output
+  // projection skip the others), e.g. [b, 1, v] for the next token of a prompt.
   // mask: optional bool [b, s, s_kv]; input_pos: optional i32/i64 [b, s]. Both are required
   // once caches are set up; the mask may then span the filled positions after this call
   // (CacheSize() + s) or the whole cache (its max_seq_len).

@@ -207,6 +207,29 @@ TEST_P(DecoderTest, CachedDecodeMatchesTheFullForward) {
   }
 }
 
+// Logits [b, s_out, v] with s_out < s: only the last s_out positions, equal to those rows of
+// the fp64 reference; a logits shape outside [b, 1..s, v] is refused, naming it.
+TEST_P(DecoderTest, LastPositionsOnlyMatchTheReference) {
+  const bool tied = GetParam();
+  Model m = MakeModel(tied, 5);
+  const int64_t b = 3, s = 7;
+  const auto tokens = RandomTokens(b * s, 6);
+  const Vec want = ReferenceDecoder(m, tied, tokens, b, s);
+  for (int64_t s_out : {1, 2, 7}) {
+    Tensor logits = ValueOrDie(Tensor::Empty({b, s_out, kVocab}, DType::kF32));
+    ASSERT_TRUE(m.decoder->Forward(logits, Tokens(tokens, b, s)).ok());
+    EXPECT_LE(MaxRelError(ToVec(logits), LogitRows(want, b, s, s - s_out, s_out)), 1e-5)
+        << "s_out " << s_out;
+  }
+  for (const Shape& bad : {Shape{b, s + 1, kVocab}, Shape{b, 0, kVocab}, Shape{b, 1, kVocab + 1},
+                           Shape{b + 1, 1, kVocab}, Shape{b, kVocab}}) {
+    Tensor logits = ValueOrDie(Tensor::Empty(bad, DType::kF32));
+    absl::Status st = m.decoder->Forward(logits, Tokens(tokens, b, s));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << ShapeToString(bad);
+    EXPECT_NE(st.message().find(ShapeToString(bad)), std::string::npos) << st.message();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, DecoderTest, ::testing::Bool());
 
 // bf16 weights with f32 activations: the weights widen exactly, so the fp64 reference on the
