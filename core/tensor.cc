@@ -67,9 +67,37 @@ absl::StatusOr<Tensor> Tensor::Full(Shape shape, double value, DType dtype, Devi
   CCTUNE_ASSIGN_OR_RETURN(Tensor host, Empty(shape, dtype, Device::Cpu()));
   const size_t esz = DTypeSize(dtype);
   char* p = static_cast<char*>(host.raw_data());
-  if (host.numel() > 0) {
+  const int64_t n = host.numel();
+  if (n > 0) {
     StoreFromDouble(p, dtype, 0, value);
-    for (int64_t i = 1; i < host.numel(); ++i) std::memcpy(p + i * esz, p, esz);
+    // Zero (every dtype's +0 is all-zero bytes) is a memset; other values repeat the first
+    // element's bytes. Large buffers (gradients, activations) are filled by all threads, in
+    // chunks of a few hundred KiB.
+    bool zero_bytes = true;
+    for (size_t j = 0; j < esz; ++j) zero_bytes = zero_bytes && p[j] == 0;
+    constexpr int64_t kChunkBytes = int64_t{1} << 18;
+    const int64_t bytes = n * static_cast<int64_t>(esz);
+    const int64_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
+    if (!zero_bytes && n > 1) {
+      // Seed the first chunk by doubling, then copy it over the rest.
+      int64_t done = 1;
+      const int64_t first = std::min<int64_t>(n, kChunkBytes / static_cast<int64_t>(esz));
+      while (done < first) {
+        const int64_t m = std::min(done, first - done);
+        std::memcpy(p + done * esz, p, m * esz);
+        done += m;
+      }
+    }
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kChunkBytes;
+      const int64_t len = std::min(kChunkBytes, bytes - begin);
+      if (zero_bytes) {
+        std::memset(p + begin, 0, len);
+      } else if (c > 0) {
+        std::memcpy(p + begin, p, len);  // kChunkBytes is a multiple of every element size
+      }
+    }
   }
   if (device.is_cpu()) return host;
   return host.To(device);

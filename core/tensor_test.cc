@@ -36,6 +36,28 @@ TEST(TensorTest, EmptyHasContiguousStrides) {
   EXPECT_TRUE(t.is_contiguous());
 }
 
+// Full/Zeros fill every element, including across the parallel fill's 256 KiB chunks and
+// for element sizes 1, 2, 4 and 8.
+TEST(TensorTest, FullAndZerosFillEveryElement) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{65536}, int64_t{65536 * 3 + 5},
+                    int64_t{1} << 20}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kI64, DType::kBool}) {
+      const double value = dt == DType::kBool ? 1.0 : -2.5 * (dt != DType::kI64) + 3;
+      Tensor full = *Tensor::Full({n}, value, dt);
+      std::vector<float> got = *full.ToFloatVector();
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      const float want = static_cast<float>(value);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i], want) << DTypeName(dt) << " n " << n << " at " << i;
+      }
+      // Zeros over a recycled (dirty) allocation of the same size.
+      Tensor zeros = *Tensor::Zeros({n}, dt);
+      got = *zeros.ToFloatVector();
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.f) << DTypeName(dt) << " at " << i;
+    }
+  }
+}
+
 TEST(TensorTest, NegativeShapeIsAnError) {
   auto t = Tensor::Empty({2, -3}, DType::kF32);
   ASSERT_FALSE(t.ok());
