@@ -95,6 +95,28 @@ class OpBackend {
                                          const ops::AttentionOptions& options) {
     return NotImplemented("AttentionBackward");
   }
+  // ---- Optimizer updates (ops::AdamWUpdate, ops::SgdUpdate, ops::SquaredNorm) ----
+  // Validated flat buffers: contiguous, equal element counts; master is given exactly when
+  // param is bf16; momentum_buffer exactly when s.momentum.
+  virtual absl::Status AdamWUpdate(Tensor& param, Tensor* master, Tensor& exp_avg,
+                                   Tensor& exp_avg_sq, const Tensor& grad,
+                                   const ops::AdamWScalars& s) {
+    return NotImplemented("AdamWUpdate");
+  }
+  virtual absl::Status SgdUpdate(Tensor& param, Tensor* master, Tensor* momentum_buffer,
+                                 const Tensor& grad, const ops::SgdScalars& s) {
+    return NotImplemented("SgdUpdate");
+  }
+  virtual absl::Status SquaredNorm(double* sum, const Tensor& x) {
+    return NotImplemented("SquaredNorm");
+  }
+  // ---- Dropout (ops::Dropout; ops.cc turns p into the integer threshold and the scale) ----
+  // out[i] = (Philox word (seed, offset + i) >> 8) < drop_below ? 0 : x[i] · scale, with i the
+  // row-major index over x's shape.
+  virtual absl::Status Dropout(Tensor& out, const Tensor& x, uint32_t drop_below, float scale,
+                               uint64_t seed, uint64_t offset) {
+    return NotImplemented("Dropout");
+  }
 
  protected:
   // "<op> is not implemented for <device type>".

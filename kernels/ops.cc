@@ -3,6 +3,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -449,6 +450,26 @@ absl::Status Scale(Tensor& out, const Tensor& x, float alpha) {
   return Dispatch(device, [&](OpBackend* be) { return be->Scale(out, x, alpha); });
 }
 
+absl::Status Dropout(Tensor& out, const Tensor& x, float p, uint64_t seed, uint64_t offset) {
+  constexpr const char* kOp = "Dropout";
+  CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"out", &out}, {"x", &x}}));
+  CCTUNE_RETURN_IF_ERROR(CheckFloat(kOp, "x", x));
+  CCTUNE_RETURN_IF_ERROR(CheckFloat(kOp, "out", out));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "out", out, x.shape()));
+  CCTUNE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
+  if (!(p >= 0.f && p < 1.f)) {
+    return Invalid(StrCat(kOp, ": p (", p, ") must be in [0, 1)"));
+  }
+  // Uniform() = k · 2^-24 with k the word's top 24 bits, so "Uniform() < p" is exactly
+  // "k < ceil(p · 2^24)" (p · 2^24 is exact in fp64): an integer test every backend shares.
+  const uint32_t drop_below =
+      static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+  const float scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(p)));
+  return Dispatch(device, [&](OpBackend* be) {
+    return be->Dropout(out, x, drop_below, scale, seed, offset);
+  });
+}
+
 absl::Status Cast(Tensor& out, const Tensor& x) {
   constexpr const char* kOp = "Cast";
   CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"out", &out}, {"x", &x}}));
@@ -746,6 +767,158 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
   return Dispatch(device, [&](OpBackend* be) {
     return be->AttentionBackward(dq, dk, dv, dy, q, k, v, out, lse, options);
   });
+}
+
+// ---- Optimizer updates ----
+
+namespace {
+
+// A finite hyperparameter that satisfies `ok`, else InvalidArgument naming it and its value.
+absl::Status CheckHyper(const char* op, const char* key, double v, bool ok,
+                        const char* requirement) {
+  if (ok && std::isfinite(v)) return absl::OkStatus();
+  return Invalid(StrCat(op, ": ", key, " (", v, ") must be ", requirement));
+}
+
+// Whether the memory of a and b (same storage) overlaps.
+bool Overlap(const Tensor& a, const Tensor& b) {
+  if (!a.SharesStorageWith(b) || a.numel() == 0 || b.numel() == 0) return false;
+  const int64_t a0 = a.offset() * static_cast<int64_t>(DTypeSize(a.dtype()));
+  const int64_t b0 = b.offset() * static_cast<int64_t>(DTypeSize(b.dtype()));
+  return a0 < b0 + static_cast<int64_t>(b.nbytes()) && b0 < a0 + static_cast<int64_t>(a.nbytes());
+}
+
+// The flat buffers of an optimizer update: param (f32, or bf16 with an f32 master), f32
+// state and grad, all contiguous with param's element count, and no written tensor
+// overlapping another tensor.
+absl::Status CheckUpdateBuffers(const char* op, const Tensor& param, const Tensor* master,
+                                const std::vector<Arg>& state, const Tensor& grad) {
+  if (param.dtype() == DType::kBF16) {
+    if (master == nullptr) {
+      return Invalid(StrCat(op, ": param is bf16 (", Desc(param), ") but no f32 master is given"));
+    }
+  } else if (param.dtype() == DType::kF32) {
+    if (master != nullptr) {
+      return Invalid(StrCat(op, ": param is f32 (", Desc(param),
+                            "); a master copy is only for bf16 params"));
+    }
+  } else {
+    return Invalid(
+        StrCat(op, ": param has dtype ", DTypeName(param.dtype()), "; expected f32 or bf16"));
+  }
+  std::vector<Arg> all = {{"param", &param}, {"grad", &grad}};
+  if (master != nullptr) all.push_back({"master", master});
+  for (const Arg& a : state) all.push_back(a);
+  const int64_t n = param.numel();
+  for (const Arg& a : all) {
+    if (a.t != &param) CCTUNE_RETURN_IF_ERROR(CheckDType(op, a.name, *a.t, DType::kF32));
+    if (!a.t->is_contiguous()) {
+      return Invalid(StrCat(op, ": ", a.name, " ", Desc(*a.t), " must be contiguous"));
+    }
+    if (a.t->numel() != n) {
+      return Invalid(StrCat(op, ": ", a.name, " has ", a.t->numel(), " elements (",
+                            Desc(*a.t), ") but param has ", n));
+    }
+  }
+  // Every tensor but grad is written.
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      if (Overlap(*all[i].t, *all[j].t)) {
+        return Invalid(StrCat(op, ": ", all[i].name, " and ", all[j].name, " overlap"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AdamWUpdate(Tensor& param, Tensor* master, Tensor& exp_avg, Tensor& exp_avg_sq,
+                         const Tensor& grad, const AdamWStep& step) {
+  constexpr const char* kOp = "AdamWUpdate";
+  CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"param", &param},
+                                                         {"master", master},
+                                                         {"exp_avg", &exp_avg},
+                                                         {"exp_avg_sq", &exp_avg_sq},
+                                                         {"grad", &grad}}));
+  const AdamWStep& o = step;
+  CCTUNE_RETURN_IF_ERROR(CheckHyper(kOp, "lr", o.lr, o.lr >= 0, ">= 0"));
+  CCTUNE_RETURN_IF_ERROR(CheckHyper(kOp, "eps", o.eps, o.eps >= 0, ">= 0"));
+  CCTUNE_RETURN_IF_ERROR(
+      CheckHyper(kOp, "beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1, "in [0, 1)"));
+  CCTUNE_RETURN_IF_ERROR(
+      CheckHyper(kOp, "beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1, "in [0, 1)"));
+  CCTUNE_RETURN_IF_ERROR(
+      CheckHyper(kOp, "weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"));
+  if (o.step < 1) return Invalid(StrCat(kOp, ": step (", o.step, ") must be >= 1"));
+  CCTUNE_RETURN_IF_ERROR(CheckUpdateBuffers(
+      kOp, param, master, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}, grad));
+  // Scalars as torch computes them (Python floats), then used in f32 arithmetic.
+  const double lr = o.lr;
+  const double t = static_cast<double>(o.step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  AdamWScalars s;
+  s.decay = static_cast<float>(1.0 - lr * o.weight_decay);
+  s.step_size = static_cast<float>(lr / bias_correction1);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.w1 = static_cast<float>(1.0 - o.beta1);  // the lerp weight
+  s.beta2 = static_cast<float>(o.beta2);
+  s.w2 = static_cast<float>(1.0 - o.beta2);
+  s.eps = static_cast<float>(o.eps);
+  s.lerp_low = s.w1 < 0.5f;
+  return Dispatch(device, [&](OpBackend* be) {
+    return be->AdamWUpdate(param, master, exp_avg, exp_avg_sq, grad, s);
+  });
+}
+
+absl::Status SgdUpdate(Tensor& param, Tensor* master, Tensor* momentum_buffer, const Tensor& grad,
+                       const SgdStep& step) {
+  constexpr const char* kOp = "SgdUpdate";
+  CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"param", &param},
+                                                         {"master", master},
+                                                         {"momentum_buffer", momentum_buffer},
+                                                         {"grad", &grad}}));
+  const SgdStep& o = step;
+  CCTUNE_RETURN_IF_ERROR(CheckHyper(kOp, "lr", o.lr, o.lr >= 0, ">= 0"));
+  CCTUNE_RETURN_IF_ERROR(CheckHyper(kOp, "momentum", o.momentum, o.momentum >= 0, ">= 0"));
+  CCTUNE_RETURN_IF_ERROR(CheckHyper(kOp, "dampening", o.dampening, true, "finite"));
+  CCTUNE_RETURN_IF_ERROR(
+      CheckHyper(kOp, "weight_decay", o.weight_decay, o.weight_decay >= 0, ">= 0"));
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+    return Invalid(StrCat(kOp, ": nesterov needs momentum > 0 and dampening == 0 (momentum ",
+                          o.momentum, ", dampening ", o.dampening, ")"));
+  }
+  const bool momentum = o.momentum != 0;
+  if (momentum != (momentum_buffer != nullptr)) {
+    return Invalid(StrCat(kOp, ": momentum is ", o.momentum, momentum ? " but no" : " but a",
+                          " momentum_buffer is given"));
+  }
+  CCTUNE_RETURN_IF_ERROR(CheckUpdateBuffers(
+      kOp, param, master,
+      momentum ? std::vector<Arg>{{"momentum_buffer", momentum_buffer}} : std::vector<Arg>{},
+      grad));
+  SgdScalars s;
+  s.lr = static_cast<float>(o.lr);
+  s.wd = static_cast<float>(o.weight_decay);
+  s.mu = static_cast<float>(o.momentum);
+  s.keep = static_cast<float>(1.0 - o.dampening);
+  s.decay = o.weight_decay != 0;
+  s.momentum = momentum;
+  s.first = o.first;
+  s.nesterov = o.nesterov;
+  return Dispatch(device, [&](OpBackend* be) {
+    return be->SgdUpdate(param, master, momentum_buffer, grad, s);
+  });
+}
+
+absl::Status SquaredNorm(double* sum, const Tensor& x) {
+  constexpr const char* kOp = "SquaredNorm";
+  if (sum == nullptr) return Invalid(StrCat(kOp, ": sum is null"));
+  CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"x", &x}}));
+  CCTUNE_RETURN_IF_ERROR(CheckDType(kOp, "x", x, DType::kF32));
+  if (!x.is_contiguous()) return Invalid(StrCat(kOp, ": x ", Desc(x), " must be contiguous"));
+  return Dispatch(device, [&](OpBackend* be) { return be->SquaredNorm(sum, x); });
 }
 
 }  // namespace ops

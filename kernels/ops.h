@@ -105,6 +105,19 @@ absl::Status TopK(Tensor& values, Tensor& indices, const Tensor& x, int64_t k);
 absl::Status Sample(Tensor& out, const Tensor& logits, const SamplingParams& params,
                     Generator& gen);
 
+// ---- Dropout (counter-based, so the mask is a pure function of (seed, offset, shape)) ----
+
+// out = x · keep / (1 - p) (torch.nn.Dropout in training). Element i of x, numbered by its
+// row-major index over x's shape (whatever the strides), is dropped (out = 0) when the
+// Philox4x32-10 word number offset + i of stream `seed` has (word >> 8) · 2^-24 < p, that is
+// when Generator(seed) at offset offset + i would give Uniform() < p; survivors are x · s with
+// s = f32(1 / (1 - p)), computed in f32. The mask is thus the same on every backend and for
+// any thread count, and a caller that advances its Generator by x.numel() words gets fresh
+// bits next time. The backward of this op is the op itself with the same (seed, offset)
+// applied to dy. p in [0, 1) (p = 0 copies x); x, out: any float dtype, one shape; out may be
+// x itself (the same view) but must not otherwise overlap it.
+absl::Status Dropout(Tensor& out, const Tensor& x, float p, uint64_t seed, uint64_t offset);
+
 // ---- Cross-entropy (fused logits -> loss; chunked over rows) ----
 
 // The summed loss over rows whose target is not ignore_index:
@@ -196,6 +209,33 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
                                const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor* out, const Tensor* lse,
                                const AttentionOptions& options = {});
+
+// ---- Optimizer updates (training) ----
+//
+// One update of a flat parameter buffer (llm.c style), element-wise so that the result does
+// not depend on the thread count (or on how the buffer is split). Every tensor must be
+// contiguous and is used flat: any shapes with equal element counts n. The f32 state (master,
+// exp_avg, exp_avg_sq, momentum_buffer) and grad are updated / read in place. param is f32,
+// or bf16 with an f32 `master` copy: the update then runs on master and writes master's
+// bf16 rounding (round-to-nearest-even) into param; master must be null for f32 params.
+
+// torch.optim.AdamW (see AdamWStep / AdamWScalars in op_types.h for the exact f32 formula).
+// InvalidArgument for lr < 0, eps < 0, betas outside [0, 1), weight_decay < 0, step < 1.
+absl::Status AdamWUpdate(Tensor& param, Tensor* master, Tensor& exp_avg, Tensor& exp_avg_sq,
+                         const Tensor& grad, const AdamWStep& step);
+
+// torch.optim.SGD (see SgdStep / SgdScalars in op_types.h). momentum_buffer (f32, n) is
+// required when step.momentum != 0 and must be null otherwise; nesterov needs momentum > 0
+// and dampening == 0, as in torch.
+absl::Status SgdUpdate(Tensor& param, Tensor* master, Tensor* momentum_buffer,
+                       const Tensor& grad, const SgdStep& step);
+
+// *sum += sum(x²) in fp64, for the global gradient norm. x: contiguous f32, any shape. The
+// summation order is fixed by x's size alone (CPU: fp64 partials over fixed chunks of 2^14
+// elements, added to *sum in order; CUDA: per-chunk fp64 partials reduced by one block in a
+// fixed tree), so each backend gives the same bits for any thread count. On CUDA the result
+// is copied to the host (this waits for queued work).
+absl::Status SquaredNorm(double* sum, const Tensor& x);
 
 }  // namespace ops
 }  // namespace cctune

@@ -3,10 +3,12 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/sampling.h"
 
@@ -111,6 +113,23 @@ class CpuBackend final : public OpBackend {
                                  const Tensor* out, const Tensor* lse,
                                  const ops::AttentionOptions& options) override {
     return cpu::AttentionBackward(dq, dk, dv, dy, q, k, v, out, lse, options);
+  }
+
+  // ---- Optimizer updates ----
+  absl::Status AdamWUpdate(Tensor& param, Tensor* master, Tensor& exp_avg, Tensor& exp_avg_sq,
+                           const Tensor& grad, const ops::AdamWScalars& s) override {
+    return cpu::AdamWUpdate(param, master, exp_avg, exp_avg_sq, grad, s);
+  }
+  absl::Status SgdUpdate(Tensor& param, Tensor* master, Tensor* momentum_buffer,
+                         const Tensor& grad, const ops::SgdScalars& s) override {
+    return cpu::SgdUpdate(param, master, momentum_buffer, grad, s);
+  }
+  absl::Status SquaredNorm(double* sum, const Tensor& x) override {
+    return cpu::SquaredNorm(sum, x);
+  }
+  absl::Status Dropout(Tensor& out, const Tensor& x, uint32_t drop_below, float scale,
+                       uint64_t seed, uint64_t offset) override {
+    return cpu::Dropout(out, x, drop_below, scale, seed, offset);
   }
 };
 

@@ -4,7 +4,8 @@
 // warp scores a few keys of the tile, then every thread rescales and accumulates its own
 // output features. When there are too few rows to fill the GPU (decode: s_q == 1), the keys
 // are split across blocks (grid.y) that write partial (max, sum, acc) rows, and a second
-// kernel merges them (flash-decoding).
+// kernel merges them (flash-decoding). When AttentionArgs::lse is set (training), the row's
+// log-sum-exp m + log(l) is written too.
 #include "kernels/cuda/device_helpers.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -109,6 +110,11 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int64_t d = tid; d < hd; d += blockDim.x) {
       StoreF(o.data, ob + d * o.strides[3], o.dtype, acc[d] * inv);
     }
+    if (a.lse.data != nullptr && tid == 0) {
+      const CuTensor& ls = a.lse;
+      static_cast<float*>(ls.data)[bi * ls.strides[0] + hi * ls.strides[1] + qi * ls.strides[2]] =
+          l > 0.f ? m + logf(l) : -INFINITY;
+    }
   } else {
     float* w = ws + (row * gridDim.y + split) * (hd + 2);
     if (tid == 0) {
@@ -120,7 +126,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 }
 
 // Merges the per-split partials of one row: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-__global__ void AttentionCombineKernel(CuTensor o, const float* ws, int num_splits) {
+// Writes the row's log-sum-exp M + log(total) to lse when lse.data is set.
+__global__ void AttentionCombineKernel(CuTensor o, CuTensor lse, const float* ws, int num_splits) {
   const int64_t nh = o.shape[1], sq = o.shape[2], hd = o.shape[3];
   const int64_t row = blockIdx.x;
   const int64_t qi = row % sq;
@@ -147,6 +154,10 @@ __global__ void AttentionCombineKernel(CuTensor o, const float* ws, int num_spli
       }
     }
     StoreF(o.data, ob + d * o.strides[3], o.dtype, sum * inv);
+  }
+  if (lse.data != nullptr && threadIdx.x == 0) {
+    static_cast<float*>(lse.data)[bi * lse.strides[0] + hi * lse.strides[1] + qi * lse.strides[2]] =
+        total > 0.f ? mx + logf(total) : -INFINITY;
   }
 }
 
@@ -191,8 +202,8 @@ cudaError_t LaunchAttention(const AttentionArgs& a, int num_splits, void* worksp
   AttentionKernel<true><<<grid, kAttnThreads, smem, stream>>>(a, ChunkFor(a, num_splits), ws);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  AttentionCombineKernel<<<static_cast<unsigned>(rows), kAttnThreads, 0, stream>>>(a.out, ws,
-                                                                                   num_splits);
+  AttentionCombineKernel<<<static_cast<unsigned>(rows), kAttnThreads, 0, stream>>>(
+      a.out, a.lse, ws, num_splits);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
@@ -137,6 +138,46 @@ void BM_AttentionPrefill(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionPrefill)->Arg(512)->Arg(2048)->UseRealTime();
 
+// Training attention (Llama 3 8B heads, bf16 q/k/v, causal): AttentionWithLse (backward=0), or
+// AttentionBackward with the saved out and lse (backward=1). FLOP/s counts the matmuls of the
+// causal half: 2 for the forward and 5 for the backward (FlashAttention-2's convention; the
+// kernels recompute S and dP in both the dk/dv and the dq pass, 7 in all).
+void BM_AttentionTrain(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t s = state.range(0);
+  const bool backward = state.range(1) != 0;
+  const int64_t n_h = 32, n_kv = 8, hd = 128;
+  const Tensor q = Rand({1, n_h, s, hd}, DType::kBF16, 1);
+  const Tensor k = Rand({1, n_kv, s, hd}, DType::kBF16, 2);
+  const Tensor v = Rand({1, n_kv, s, hd}, DType::kBF16, 3);
+  const Tensor dy = Rand({1, n_h, s, hd}, DType::kF32, 4);
+  Tensor out = ValueOrDie(Tensor::Empty({1, n_h, s, hd}, DType::kBF16, kCuda));
+  Tensor lse = ValueOrDie(Tensor::Empty({1, n_h, s}, DType::kF32, kCuda));
+  Tensor dq = ValueOrDie(Tensor::Zeros({1, n_h, s, hd}, DType::kF32, kCuda));
+  Tensor dk = ValueOrDie(Tensor::Zeros({1, n_kv, s, hd}, DType::kF32, kCuda));
+  Tensor dv = ValueOrDie(Tensor::Zeros({1, n_kv, s, hd}, DType::kF32, kCuda));
+  ops::AttentionOptions opt;
+  opt.causal = true;
+  CCTUNE_CHECK_OK(ops::AttentionWithLse(out, lse, q, k, v, opt));
+  for (auto _ : state) {
+    if (backward) {
+      CCTUNE_CHECK_OK(ops::AttentionBackward(dq, dk, dv, dy, q, k, v, &out, &lse, opt));
+    } else {
+      CCTUNE_CHECK_OK(ops::AttentionWithLse(out, lse, q, k, v, opt));
+    }
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  const double matmuls = backward ? 5.0 : 2.0;
+  state.counters["FLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * matmuls * s * s * hd * n_h,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionTrain)
+    ->ArgsProduct({{512, 2048}, {0, 1}})
+    ->ArgNames({"s", "backward"})
+    ->UseRealTime();
+
 void BM_RmsNorm(benchmark::State& state) {
   DeviceInterface* iface = CudaOrSkip(state);
   if (iface == nullptr) return;
@@ -189,6 +230,115 @@ void BM_VocabOps(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kReps * static_cast<int64_t>(logits.nbytes()));
 }
 BENCHMARK(BM_VocabOps)->DenseRange(0, 2)->ArgName("op")->UseRealTime();
+
+// ---- Training ops (backward_kernels.cu, loss_kernels.cu) ----
+
+// Cross-entropy over a Llama 3 vocabulary, 2048 rows: forward (loss) or backward (in place,
+// dlogits is logits, as the trainer runs it). Bytes: the logits read (forward), or read and
+// written (backward).
+void BM_CrossEntropy(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t n = 2048, v = 128256;
+  const bool backward = state.range(0) != 0;
+  const Tensor logits = Rand({n, v}, DType::kF32, 1, 3.0);
+  Tensor work = ValueOrDie(logits.Clone());
+  const Tensor targets = ValueOrDie(ValueOrDie(Tensor::Zeros({n}, DType::kI64)).To(kCuda));
+  Tensor loss = ValueOrDie(Tensor::Empty({}, DType::kF32, kCuda));
+  Tensor count = ValueOrDie(Tensor::Empty({}, DType::kI64, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) {
+      if (backward) {
+        CCTUNE_CHECK_OK(ops::CrossEntropyBackward(work, work, targets, 1.f / n));
+      } else {
+        CCTUNE_CHECK_OK(ops::CrossEntropyForward(loss, count, nullptr, logits, targets));
+      }
+    }
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetLabel(backward ? "backward" : "forward");
+  state.SetBytesProcessed(state.iterations() * kReps * (backward ? 2 : 1) *
+                          static_cast<int64_t>(logits.nbytes()));
+}
+BENCHMARK(BM_CrossEntropy)->Arg(0)->Arg(1)->ArgName("backward")->UseRealTime();
+
+// dx, dw (and dbias) of a [2048, 4096] x [4096, 4096]ᵀ projection: 2 GEMMs.
+void BM_LinearBackward(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t m = 2048, k = 4096, n = 4096;
+  const DType dt = Dt(state.range(0));
+  const Tensor x = Rand({m, k}, dt, 1);
+  const Tensor w = Rand({n, k}, dt, 2, 0.02);
+  const Tensor dy = Rand({m, n}, DType::kF32, 3);
+  Tensor dx = ValueOrDie(Tensor::Zeros({m, k}, DType::kF32, kCuda));
+  Tensor dw = ValueOrDie(Tensor::Zeros({n, k}, DType::kF32, kCuda));
+  Tensor db = ValueOrDie(Tensor::Zeros({n}, DType::kF32, kCuda));
+  for (auto _ : state) {
+    CCTUNE_CHECK_OK(ops::LinearBackward(&dx, &dw, &db, dy, x, w));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 4.0 * m * n * k, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LinearBackward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+// Bytes: x, dy read, dx read and written (dweight's partials are small).
+void BM_RmsNormBackward(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const DType dt = Dt(state.range(0));
+  const Tensor x = Rand({2048, 4096}, dt, 1);
+  const Tensor w = Rand({4096}, dt, 2);
+  const Tensor dy = Rand({2048, 4096}, DType::kF32, 3);
+  Tensor dx = ValueOrDie(Tensor::Zeros({2048, 4096}, DType::kF32, kCuda));
+  Tensor dw = ValueOrDie(Tensor::Zeros({4096}, DType::kF32, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::RmsNormBackward(dx, &dw, dy, x, w, 1e-5f));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps *
+                          static_cast<int64_t>(x.nbytes() + 3 * dy.nbytes()));
+}
+BENCHMARK(BM_RmsNormBackward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+// Bytes: gate, up, dy read; dgate, dup read and written.
+void BM_SiluMulBackward(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const DType dt = Dt(state.range(0));
+  const Tensor g = Rand({2048, 14336}, dt, 1), u = Rand({2048, 14336}, dt, 2);
+  const Tensor dy = Rand({2048, 14336}, DType::kF32, 3);
+  Tensor dg = ValueOrDie(Tensor::Zeros({2048, 14336}, DType::kF32, kCuda));
+  Tensor du = ValueOrDie(Tensor::Zeros({2048, 14336}, DType::kF32, kCuda));
+  for (auto _ : state) {
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::SiluMulBackward(dg, du, dy, g, u));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * kReps *
+                          static_cast<int64_t>(2 * g.nbytes() + 5 * dy.nbytes()));
+}
+BENCHMARK(BM_SiluMulBackward)->Arg(0)->Arg(1)->ArgName("bf16")->UseRealTime();
+
+// 2048 token ids (many repeated) into a [128256, 4096] table gradient. Bytes: dy read, the
+// touched table rows read and written. Includes the ids' trip to the host and the sort.
+void BM_EmbeddingBackward(benchmark::State& state) {
+  DeviceInterface* iface = CudaOrSkip(state);
+  if (iface == nullptr) return;
+  const int64_t v = 128256, d = 4096, n = 2048;
+  Generator gen(4);
+  std::vector<int64_t> id(n);
+  for (int64_t& i : id) i = static_cast<int64_t>(gen.Uniform() * 1000);
+  const Tensor ids = ValueOrDie(ValueOrDie(Tensor::FromVector(id, {n})).To(kCuda));
+  const Tensor dy = Rand({n, d}, DType::kF32, 5);
+  Tensor table = ValueOrDie(Tensor::Zeros({v, d}, DType::kF32, kCuda));
+  for (auto _ : state) {
+    CCTUNE_CHECK_OK(ops::EmbeddingBackward(table, dy, ids));
+    CCTUNE_CHECK_OK(iface->Synchronize(0));
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(dy.nbytes()));
+}
+BENCHMARK(BM_EmbeddingBackward)->UseRealTime();
 
 }  // namespace
 }  // namespace cctune

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/kernels.h"
 
 namespace cctune {
 namespace cuda {
@@ -118,10 +119,22 @@ absl::Status CheckInt(int64_t v, const char* what) {
   return absl::OkStatus();
 }
 
-}  // namespace
+CuTensor Cu(const Tensor& t) {
+  const StridedView v = t.strided_view();
+  CuTensor c;
+  c.data = v.data;
+  c.dtype = static_cast<int>(v.dtype);
+  c.ndim = v.ndim;
+  for (int i = 0; i < v.ndim; ++i) {
+    c.shape[i] = v.shape[i];
+    c.strides[i] = v.strides[i];
+  }
+  return c;
+}
 
-absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias,
-                  DType operand_dtype) {
+// out = a @ b (+ bias), or out += a @ b when `accumulate` (then bias is null, out f32).
+absl::Status GemmImpl(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias,
+                      DType operand_dtype, bool accumulate) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   int64_t batch_count = 1;
   for (int d = 0; d < out.dim() - 2; ++d) batch_count *= out.size(d);
@@ -130,6 +143,7 @@ absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* b
   CCTUNE_RETURN_IF_ERROR(UseDevice(index));
 
   if (k == 0) {  // an empty sum: zeros, or the bias
+    if (accumulate) return absl::OkStatus();
     CCTUNE_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros(out.shape(), out.dtype(), out.device()));
     if (bias == nullptr) return out.CopyFrom(zeros);
     CCTUNE_ASSIGN_OR_RETURN(Tensor bias_b, bias->Expand(out.shape()));
@@ -147,15 +161,16 @@ absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* b
   // per batch, batches at distinct offsets, a C dtype cuBLAS supports for these operands,
   // and (with a bias) f32, since the bias is pre-loaded into C and added with beta = 1.
   Mat cm;
-  const bool c_dtype_ok =
-      out.dtype() == DType::kF32 || (out.dtype() == operand_dtype && bias == nullptr);
+  const bool c_dtype_ok = out.dtype() == DType::kF32 ||
+                          (out.dtype() == operand_dtype && bias == nullptr && !accumulate);
   const bool direct = c_dtype_ok && Describe(out, &cm) && cm.row_major &&
                       (batch_count == 1 || cm.batch_stride != 0);
   if (!direct) {
     CCTUNE_ASSIGN_OR_RETURN(Tensor tmp, Tensor::Empty(out.shape(), DType::kF32, out.device()));
     CCTUNE_CHECK(Describe(tmp, &cm), "a contiguous tensor must be a BLAS matrix");
   }
-  float beta = 0.f;
+  // Accumulating straight into `out`: C = A B + 1 * C.
+  float beta = accumulate && direct ? 1.f : 0.f;
   if (bias != nullptr) {
     CCTUNE_ASSIGN_OR_RETURN(Tensor bias_b, bias->Expand(out.shape()));
     CCTUNE_RETURN_IF_ERROR(cm.t.CopyFrom(bias_b));
@@ -185,8 +200,26 @@ absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* b
         static_cast<int>(cm.ld), cm.batch_stride, static_cast<int>(batch_count), CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT));
   }
-  if (!direct) CCTUNE_RETURN_IF_ERROR(out.CopyFrom(cm.t));
+  if (!direct) {
+    if (!accumulate) return out.CopyFrom(cm.t);
+    CCTUNE_CUDA_RETURN_IF_ERROR(LaunchAccumulate(Cu(out), Cu(cm.t), CuTensor(), nullptr));
+  }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias,
+                  DType operand_dtype) {
+  return GemmImpl(out, a, b, bias, operand_dtype, /*accumulate=*/false);
+}
+
+absl::Status GemmAccumulate(Tensor& out, const Tensor& a, const Tensor& b, DType operand_dtype) {
+  if (out.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda GemmAccumulate: out must be f32, got ", DTypeName(out.dtype())));
+  }
+  return GemmImpl(out, a, b, nullptr, operand_dtype, /*accumulate=*/true);
 }
 
 }  // namespace cuda

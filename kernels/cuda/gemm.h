@@ -1,5 +1,5 @@
 // cuBLAS matrix products on CUDA tensors, with f32 accumulation whatever the storage dtype.
-// Used by the cuda backend's Linear and Matmul.
+// Used by the cuda backend's Linear, Matmul and LinearBackward.
 #ifndef CCTUNE_KERNELS_CUDA_GEMM_H_
 #define CCTUNE_KERNELS_CUDA_GEMM_H_
 
@@ -17,6 +17,11 @@ namespace cuda {
 // copied. The result is rounded once into out's dtype (bias is added in f32 first).
 absl::Status Gemm(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias,
                   DType operand_dtype);
+
+// out[B..., m, n] += a[B..., m, k] @ b[B..., k, n] for an f32 `out` (a gradient), with the
+// operand rules of Gemm. Runs with beta = 1 straight into `out` when cuBLAS can write it;
+// otherwise the product goes to a scratch matrix that is then added to `out`.
+absl::Status GemmAccumulate(Tensor& out, const Tensor& a, const Tensor& b, DType operand_dtype);
 
 }  // namespace cuda
 }  // namespace cctune
