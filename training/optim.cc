@@ -9,14 +9,14 @@
 #include "absl/strings/str_join.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/ops.h"
 
 namespace cctune {
 namespace {
 
 // Loops shorter than this stay on one thread (the fork/join would cost more than it saves).
 constexpr int64_t kParallelThreshold = 1 << 15;
-// Work is split into fixed chunks of this many elements: reductions (GradNorm) then sum in
-// the same order for any thread count.
+// CPU loops (ZeroGrad) work in chunks of this many elements.
 constexpr int64_t kChunk = 1 << 14;
 
 absl::Status CheckHyper(const char* who, const char* key, double v, bool ok,
@@ -24,92 +24,6 @@ absl::Status CheckHyper(const char* who, const char* key, double v, bool ok,
   if (ok && std::isfinite(v)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(who, ": ", key, " (", v, ") must be ", requirement));
-}
-
-// a * b + c with one rounding where the CPU has FMA (as torch's vectorized kernels compute
-// `x.add(y, alpha=a)`), two roundings otherwise.
-inline float Fma(float a, float b, float c) {
-#if defined(__FMA__)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-
-// Runs fn(begin, end) over fixed chunks of [0, n), on all cores when n is large. Each
-// chunk's loop is a plain SIMD loop (branch-free: choices are template parameters).
-template <typename Fn>
-void ForChunks(int64_t n, const Fn& fn) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
-}
-
-struct AdamWScalars {
-  float decay, step_size, bc2_sqrt, w1, beta2, w2, eps;
-};
-
-// One AdamW update of [0, n): p is the f32 parameter or master copy; out, when not null,
-// receives the bf16 rounding of the updated p.
-template <bool kLerpLow>
-void AdamWKernel(float* __restrict p, const float* __restrict g, float* __restrict m,
-                 float* __restrict v, bf16* __restrict out, int64_t n, const AdamWScalars& s) {
-  const float decay = s.decay, step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, w1 = s.w1;
-  const float beta2 = s.beta2, w2 = s.w2, eps = s.eps;
-#pragma omp simd
-  for (int64_t k = 0; k < n; ++k) {
-    const float gk = g[k];
-    // torch's lerp picks its formula by the weight.
-    const float mk = kLerpLow ? m[k] + w1 * (gk - m[k]) : gk - (gk - m[k]) * (1.0f - w1);
-    const float vk = v[k] * beta2 + w2 * gk * gk;
-    const float denom = std::sqrt(vk) / bc2_sqrt + eps;
-    m[k] = mk;
-    v[k] = vk;
-    p[k] = p[k] * decay - step_size * (mk / denom);
-  }
-  if (out != nullptr) {
-#pragma omp simd
-    for (int64_t k = 0; k < n; ++k) out[k] = FloatToBf16(p[k]);
-  }
-}
-
-struct SgdScalars {
-  float lr, wd, mu, keep;
-};
-
-// One SGD update of [0, n) with the same roundings as torch's kernels (each
-// `x.add(y, alpha=a)` is one fused multiply-add, each mul_ rounds on its own).
-template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-void SgdKernel(float* __restrict p, const float* __restrict g, float* __restrict buf,
-               bf16* __restrict out, int64_t n, const SgdScalars& s) {
-  const float lr = s.lr, wd = s.wd, mu = s.mu, keep = s.keep;
-#pragma omp simd
-  for (int64_t k = 0; k < n; ++k) {
-    float d = kDecay ? Fma(p[k], wd, g[k]) : g[k];
-    if (kMomentum) {
-      const float scaled = buf[k] * mu;
-      const float bk = kFirst ? d : Fma(d, keep, scaled);
-      buf[k] = bk;
-      d = kNesterov ? Fma(bk, mu, d) : bk;
-    }
-    p[k] = Fma(d, -lr, p[k]);
-  }
-  if (out != nullptr) {
-#pragma omp simd
-    for (int64_t k = 0; k < n; ++k) out[k] = FloatToBf16(p[k]);
-  }
-}
-
-template <bool kDecay, bool kMomentum>
-void SgdDispatch(bool first, bool nesterov, float* p, const float* g, float* buf, bf16* out,
-                 int64_t n, const SgdScalars& s) {
-  if (first) {
-    nesterov ? SgdKernel<kDecay, kMomentum, true, true>(p, g, buf, out, n, s)
-             : SgdKernel<kDecay, kMomentum, true, false>(p, g, buf, out, n, s);
-  } else {
-    nesterov ? SgdKernel<kDecay, kMomentum, false, true>(p, g, buf, out, n, s)
-             : SgdKernel<kDecay, kMomentum, false, false>(p, g, buf, out, n, s);
-  }
 }
 
 // Writes the bf16 rounding of master[0, n) into dst.
@@ -131,6 +45,18 @@ std::vector<Tensor> Optimizer::Grads() const {
 
 absl::Status Optimizer::ZeroGrad() {
   for (const ParamBuffer& b : buffers_) {
+    if (!b.grad.device().is_cpu()) {
+      // A broadcast 0 copied over the buffer: a device-side fill (NaNs do not survive it as
+      // they would a multiply by 0). The 0 is uploaded once, not per call: a host-to-device
+      // copy would wait for the queued work.
+      if (!device_zero_.defined()) {
+        CCTUNE_ASSIGN_OR_RETURN(device_zero_, Tensor::Zeros({1}, DType::kF32, b.grad.device()));
+      }
+      CCTUNE_ASSIGN_OR_RETURN(Tensor zeros, device_zero_.Expand({b.grad.numel()}));
+      CCTUNE_ASSIGN_OR_RETURN(Tensor flat, b.grad.View({b.grad.numel()}));
+      CCTUNE_RETURN_IF_ERROR(flat.CopyFrom(zeros));
+      continue;
+    }
     float* g = b.grad.data<float>();
     const int64_t n = b.grad.numel();
 #pragma omp parallel for schedule(static) if (n > kParallelThreshold)
@@ -167,8 +93,12 @@ absl::Status Optimizer::CheckBuffers(const std::vector<ParamBuffer>& buffers, co
     if (!b.param.defined() || !b.grad.defined()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": undefined param or grad"));
     }
-    if (!b.param.device().is_cpu() || !b.grad.device().is_cpu()) {
-      return absl::UnimplementedError(absl::StrCat(where, ": only CPU buffers are supported"));
+    if (b.param.device().is_meta() || b.grad.device() != b.param.device() ||
+        b.param.device() != buffers[0].param.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": param is on ", b.param.device().ToString(), " and grad on ",
+          b.grad.device().ToString(), "; every param and grad must be on one device (",
+          buffers[0].param.device().ToString(), ", the first param's), not meta"));
     }
     if (b.param.dtype() != DType::kF32 && b.param.dtype() != DType::kBF16) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -203,7 +133,13 @@ absl::Status Optimizer::InitMasters() {
   for (size_t i = 0; i < buffers_.size(); ++i) {
     if (buffers_[i].param.dtype() != DType::kBF16) continue;
     const int64_t n = buffers_[i].param.numel();
-    CCTUNE_ASSIGN_OR_RETURN(masters_[i], Tensor::Empty({n}, DType::kF32));
+    const Device device = buffers_[i].param.device();
+    CCTUNE_ASSIGN_OR_RETURN(masters_[i], Tensor::Empty({n}, DType::kF32, device));
+    if (!device.is_cpu()) {
+      CCTUNE_ASSIGN_OR_RETURN(Tensor flat, buffers_[i].param.View({n}));
+      CCTUNE_RETURN_IF_ERROR(masters_[i].CopyFrom(flat));
+      continue;
+    }
     const bf16* src = buffers_[i].param.data<bf16>();
     float* dst = masters_[i].data<float>();
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
@@ -212,8 +148,8 @@ absl::Status Optimizer::InitMasters() {
   return absl::OkStatus();
 }
 
-float* Optimizer::MasterData(size_t i) const {
-  return masters_[i].defined() ? masters_[i].data<float>() : buffers_[i].param.data<float>();
+Tensor* Optimizer::Master(size_t i) {
+  return masters_[i].defined() ? &masters_[i] : nullptr;
 }
 
 void Optimizer::ExportMasters(StateDict* tensors) const {
@@ -273,8 +209,12 @@ absl::Status Optimizer::CopyStateTensors(const StateDict& from) {
     CCTUNE_RETURN_IF_ERROR(t.CopyFrom(src));
   }
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    if (masters_[i].defined()) {
+    if (!masters_[i].defined()) continue;
+    if (buffers_[i].param.device().is_cpu()) {
       StoreBf16(buffers_[i].param.data<bf16>(), masters_[i].data<float>(), masters_[i].numel());
+    } else {  // the device's f32 -> bf16 copy rounds to nearest even, as FloatToBf16
+      CCTUNE_ASSIGN_OR_RETURN(Tensor flat, buffers_[i].param.View({masters_[i].numel()}));
+      CCTUNE_RETURN_IF_ERROR(flat.CopyFrom(masters_[i]));
     }
   }
   return absl::OkStatus();
@@ -296,8 +236,10 @@ absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(std::vector<ParamBuffer> bu
   std::unique_ptr<AdamW> opt(new AdamW(std::move(buffers), o));
   for (const ParamBuffer& b : opt->buffers_) {
     const int64_t n = b.param.numel();
-    CCTUNE_ASSIGN_OR_RETURN(opt->state_[b.name + ".exp_avg"], Tensor::Zeros({n}, DType::kF32));
-    CCTUNE_ASSIGN_OR_RETURN(opt->state_[b.name + ".exp_avg_sq"], Tensor::Zeros({n}, DType::kF32));
+    CCTUNE_ASSIGN_OR_RETURN(opt->state_[b.name + ".exp_avg"],
+                            Tensor::Zeros({n}, DType::kF32, b.param.device()));
+    CCTUNE_ASSIGN_OR_RETURN(opt->state_[b.name + ".exp_avg_sq"],
+                            Tensor::Zeros({n}, DType::kF32, b.param.device()));
   }
   CCTUNE_RETURN_IF_ERROR(opt->InitMasters());
   return opt;
@@ -308,35 +250,18 @@ absl::Status AdamW::Step() {
   if (!(lr >= 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(absl::StrCat("AdamW: lr (", lr, ") must be >= 0"));
   }
-  const int64_t t = step_ + 1;
-  // Scalars as torch computes them (Python floats), then used in f32 arithmetic.
-  const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(t));
-  const double bias_correction2 = 1.0 - std::pow(options_.beta2, static_cast<double>(t));
-  AdamWScalars s;
-  s.decay = static_cast<float>(1.0 - lr * options_.weight_decay);
-  s.step_size = static_cast<float>(lr / bias_correction1);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.w1 = static_cast<float>(1.0 - options_.beta1);  // the lerp weight
-  s.beta2 = static_cast<float>(options_.beta2);
-  s.w2 = static_cast<float>(1.0 - options_.beta2);
-  s.eps = static_cast<float>(options_.eps);
-  const bool lerp_low = s.w1 < 0.5f;
-
+  ops::AdamWStep hp;
+  hp.lr = lr;
+  hp.beta1 = options_.beta1;
+  hp.beta2 = options_.beta2;
+  hp.eps = options_.eps;
+  hp.weight_decay = options_.weight_decay;
+  hp.step = step_ + 1;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    const ParamBuffer& b = buffers_[i];
-    float* p = MasterData(i);
-    const float* g = b.grad.data<float>();
-    float* m = state_.at(b.name + ".exp_avg").data<float>();
-    float* v = state_.at(b.name + ".exp_avg_sq").data<float>();
-    bf16* out = masters_[i].defined() ? b.param.data<bf16>() : nullptr;
-    ForChunks(b.param.numel(), [&](int64_t begin, int64_t end) {
-      bf16* o = out != nullptr ? out + begin : nullptr;
-      if (lerp_low) {
-        AdamWKernel<true>(p + begin, g + begin, m + begin, v + begin, o, end - begin, s);
-      } else {
-        AdamWKernel<false>(p + begin, g + begin, m + begin, v + begin, o, end - begin, s);
-      }
-    });
+    Tensor param = buffers_[i].param;
+    Tensor& m = state_.at(buffers_[i].name + ".exp_avg");
+    Tensor& v = state_.at(buffers_[i].name + ".exp_avg_sq");
+    CCTUNE_RETURN_IF_ERROR(ops::AdamWUpdate(param, Master(i), m, v, buffers_[i].grad, hp));
   }
   ++step_;
   return absl::OkStatus();
@@ -398,7 +323,7 @@ absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(std::vector<ParamBuffer> buffer
   if (o.momentum != 0) {
     for (const ParamBuffer& b : opt->buffers_) {
       CCTUNE_ASSIGN_OR_RETURN(opt->state_[b.name + ".momentum_buffer"],
-                              Tensor::Zeros({b.param.numel()}, DType::kF32));
+                              Tensor::Zeros({b.param.numel()}, DType::kF32, b.param.device()));
     }
   }
   CCTUNE_RETURN_IF_ERROR(opt->InitMasters());
@@ -410,35 +335,18 @@ absl::Status Sgd::Step() {
   if (!(lr >= 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(absl::StrCat("SGD: lr (", lr, ") must be >= 0"));
   }
-  SgdScalars s;
-  s.lr = static_cast<float>(lr);
-  s.wd = static_cast<float>(options_.weight_decay);
-  s.mu = static_cast<float>(options_.momentum);
-  s.keep = static_cast<float>(1.0 - options_.dampening);
-  const bool decay = options_.weight_decay != 0;
+  ops::SgdStep hp;
+  hp.lr = lr;
+  hp.momentum = options_.momentum;
+  hp.dampening = options_.dampening;
+  hp.weight_decay = options_.weight_decay;
+  hp.nesterov = options_.nesterov;
+  hp.first = step_ == 0;  // torch starts the momentum buffer as a copy of d_p
   const bool momentum = options_.momentum != 0;
-  const bool first = step_ == 0;  // torch starts the momentum buffer as a copy of d_p
-  const bool nesterov = options_.nesterov;
   for (size_t i = 0; i < buffers_.size(); ++i) {
-    const ParamBuffer& b = buffers_[i];
-    float* p = MasterData(i);
-    const float* g = b.grad.data<float>();
-    float* buf = momentum ? state_.at(b.name + ".momentum_buffer").data<float>() : nullptr;
-    bf16* out = masters_[i].defined() ? b.param.data<bf16>() : nullptr;
-    ForChunks(b.param.numel(), [&](int64_t begin, int64_t end) {
-      float* pb = p + begin;
-      const float* gb = g + begin;
-      float* bb = buf != nullptr ? buf + begin : nullptr;
-      bf16* ob = out != nullptr ? out + begin : nullptr;
-      const int64_t n = end - begin;
-      if (decay) {
-        momentum ? SgdDispatch<true, true>(first, nesterov, pb, gb, bb, ob, n, s)
-                 : SgdDispatch<true, false>(first, nesterov, pb, gb, bb, ob, n, s);
-      } else {
-        momentum ? SgdDispatch<false, true>(first, nesterov, pb, gb, bb, ob, n, s)
-                 : SgdDispatch<false, false>(first, nesterov, pb, gb, bb, ob, n, s);
-      }
-    });
+    Tensor param = buffers_[i].param;
+    Tensor* buf = momentum ? &state_.at(buffers_[i].name + ".momentum_buffer") : nullptr;
+    CCTUNE_RETURN_IF_ERROR(ops::SgdUpdate(param, Master(i), buf, buffers_[i].grad, hp));
   }
   ++step_;
   return absl::OkStatus();
@@ -489,25 +397,13 @@ absl::StatusOr<double> GradNorm(absl::Span<const Tensor> grads) {
   double total = 0;
   for (size_t t = 0; t < grads.size(); ++t) {
     const Tensor& g = grads[t];
-    if (!g.defined() || g.dtype() != DType::kF32 || !g.is_contiguous() || !g.device().is_cpu()) {
+    if (!g.defined() || g.dtype() != DType::kF32 || !g.is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "GradNorm: gradient ", t, " must be a contiguous CPU f32 tensor, got ",
+          "GradNorm: gradient ", t, " must be a contiguous f32 tensor, got ",
           g.defined() ? absl::StrCat(DTypeName(g.dtype()), " ", ShapeToString(g.shape()))
                       : "undefined"));
     }
-    const float* x = g.data<float>();
-    const int64_t n = g.numel();
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-      double s = 0;
-#pragma omp simd reduction(+ : s)
-      for (int64_t k = begin; k < end; ++k) s += static_cast<double>(x[k]) * x[k];
-      partial[c] = s;
-    }
-    for (double s : partial) total += s;
+    CCTUNE_RETURN_IF_ERROR(ops::SquaredNorm(&total, g));
   }
   return std::sqrt(total);
 }
@@ -523,10 +419,8 @@ absl::StatusOr<double> ClipGradNorm(absl::Span<const Tensor> grads, double max_n
   if (coef >= 1.0) return norm;  // torch multiplies by exactly 1.0 here: a no-op
   const float scale = static_cast<float>(coef);
   for (const Tensor& g : grads) {
-    float* x = g.data<float>();
-    const int64_t n = g.numel();
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
-    for (int64_t k = 0; k < n; ++k) x[k] *= scale;
+    Tensor x = g;
+    CCTUNE_RETURN_IF_ERROR(ops::Scale(x, x, scale));  // x * scale, one rounding as before
   }
   return norm;
 }

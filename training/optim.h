@@ -1,7 +1,13 @@
 // Optimizers over flat parameter buffers (llm.c style): each ParamBuffer is one contiguous
-// parameter arena buffer and its f32 gradient buffer, and Step() is one fused loop over all of
-// it (OpenMP across cores, SIMD within). Element-wise updates, so the result does not depend on
-// the thread count, and a resumed run continues bit-identically.
+// parameter arena buffer and its f32 gradient buffer, and Step() is one fused update over all
+// of it (ops::AdamWUpdate / ops::SgdUpdate: on the CPU an OpenMP + SIMD loop, on CUDA one
+// kernel). Element-wise updates, so the result does not depend on the thread count, and a
+// resumed run continues bit-identically.
+//
+// The buffers may live on any one device (CPU or CUDA): the optimizer allocates its state
+// (moments, master copies) on that device, and ExportState's views stay there (checkpoint
+// writers such as SaveRecipeState copy them to the host; ImportState accepts tensors on any
+// device and copies them in).
 //
 //   AdamW  torch.optim.AdamW (decoupled weight decay, bias correction, amsgrad=False)
 //   Sgd    torch.optim.SGD (momentum, dampening, nesterov, L2 weight decay)
@@ -35,15 +41,15 @@ namespace cctune {
 
 struct ParamBuffer {
   std::string name;  // prefixes the state tensor names ("params", "bf16", ...)
-  Tensor param;      // contiguous CPU f32 or bf16, any shape (used flat); updated in place
-  Tensor grad;       // contiguous CPU f32 with param's element count
+  Tensor param;      // contiguous f32 or bf16, any shape (used flat); updated in place
+  Tensor grad;       // contiguous f32 with param's element count, on param's device
 };
 
 struct OptimizerState {
   std::string name;                               // "adamw" / "sgd"
   int64_t step = 0;                               // optimizer steps taken
   std::map<std::string, double> hyperparameters;  // lr, beta1, ... (bools as 0/1)
-  StateDict tensors;                              // f32, 1-D, named "<buffer>.<kind>"
+  StateDict tensors;  // f32, 1-D, named "<buffer>.<kind>", on the buffers' device
 };
 
 class Optimizer {
@@ -78,7 +84,7 @@ class Optimizer {
 
  protected:
   Optimizer(std::vector<ParamBuffer> buffers, double lr) : buffers_(std::move(buffers)), lr_(lr) {}
-  // Checks names, dtypes, contiguity, devices and sizes of the buffers.
+  // Checks names, dtypes, contiguity, devices (all on one device) and sizes of the buffers.
   static absl::Status CheckBuffers(const std::vector<ParamBuffer>& buffers, const char* who);
   // Common part of ImportState: name, hyperparameter keys, tensor names and sizes.
   absl::Status CheckImport(const OptimizerState& state,
@@ -89,8 +95,8 @@ class Optimizer {
   absl::Status InitMasters();
   // Copies state tensors into this optimizer's buffers (after CheckImport succeeded).
   absl::Status CopyStateTensors(const StateDict& from);
-  // The f32 values to update for buffer i: the parameter itself or its master copy.
-  float* MasterData(size_t i) const;
+  // Buffer i's f32 master copy (bf16 params), or null.
+  Tensor* Master(size_t i);
 
   std::vector<ParamBuffer> buffers_;
   std::vector<Tensor> masters_;  // per buffer; undefined for f32 parameters
@@ -98,6 +104,8 @@ class Optimizer {
   int64_t step_ = 0;
   // name -> state tensor (exp_avg, ...), filled by subclasses; masters are added separately.
   std::map<std::string, Tensor> state_;
+  // A 0 on the buffers' device (non-CPU), for ZeroGrad; made on first use.
+  Tensor device_zero_;
 };
 
 struct AdamWOptions {
@@ -151,8 +159,8 @@ class Sgd final : public Optimizer {
   SgdOptions options_;
 };
 
-// The global L2 norm of all gradients (contiguous CPU f32), accumulated in double over fixed
-// chunks and summed in a fixed order: the same bits for any thread count.
+// The global L2 norm of all gradients (contiguous f32, any device), accumulated in double by
+// ops::SquaredNorm in an order fixed by the sizes: the same bits for any thread count.
 absl::StatusOr<double> GradNorm(absl::Span<const Tensor> grads);
 
 // torch.nn.utils.clip_grad_norm_(norm_type=2): scales every gradient by

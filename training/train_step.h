@@ -1,7 +1,9 @@
 // One optimizer step of a TransformerDecoder, llm.c style: zero the gradient arena, forward
 // and backward over the micro-batches (gradient accumulation, each normalised by the step's
 // total number of valid labels so the sum is the whole batch's mean-loss gradient), clip by
-// global norm, then the optimizer's update.
+// global norm, then the optimizer's update. Device-generic: the model, gradient arena and
+// optimizer state may live on cuda:N; micro-batches stay on the host (the trainer copies them
+// over), and the step reads back the loss once per micro-batch and the gradient norm once.
 //
 //   CCTUNE_ASSIGN_OR_RETURN(auto trainer, DecoderTrainer::Create(model, &grads));
 //   CCTUNE_ASSIGN_OR_RETURN(auto opt, AdamW::Create(ArenaParamBuffers(params, grads), {}));
