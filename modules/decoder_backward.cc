@@ -69,6 +69,13 @@ absl::StatusOr<Tensor> HeadsT(const Tensor& t, int64_t n, int64_t h_d) {
 }
 bool IsIndex(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
+// result->loss_sum += the chunks' f32 losses, in order, in fp64 (one read from the device).
+absl::Status AddChunkLosses(const Tensor& chunk_losses, LossSum* result) {
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<float> ls, chunk_losses.ToFloatVector());
+  for (float l : ls) result->loss_sum += l;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> CountValidLabels(const Tensor& labels) {
@@ -116,31 +123,33 @@ absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
     }
     t->grads_.emplace(&param->value, *std::move(g));
   }
-  auto check_dropout = [](const Linear& l, const std::string& what) -> absl::Status {
+  // The adapters with dropout, in the order their masks are drawn (see the header).
+  auto note_dropout = [&t](const Linear& l, const std::string& what) -> absl::Status {
     const auto* lora = dynamic_cast<const LoRALinear*>(&l);
-    if (lora != nullptr && !lora->merged() && lora->dropout() > 0.0) {
-      return absl::UnimplementedError(absl::StrCat("DecoderTrainer: ", what, " has lora_dropout ",
-                                                   lora->dropout(),
-                                                   "; only lora_dropout 0 is supported"));
+    if (lora == nullptr || lora->dropout() == 0.0) return absl::OkStatus();
+    if (!(lora->dropout() > 0.0 && lora->dropout() < 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DecoderTrainer: ", what, " has lora_dropout ", lora->dropout(), "; expected [0, 1)"));
     }
+    t->dropout_adapters_.push_back(lora);
     return absl::OkStatus();
   };
   for (size_t l = 0; l < model->num_layers(); ++l) {
     const TransformerSelfAttentionLayer& layer = model->layer(l);
     const std::string p = absl::StrCat("layers.", l, ".");
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().q_proj(), p + "attn.q_proj"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().k_proj(), p + "attn.k_proj"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().v_proj(), p + "attn.v_proj"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.attn().output_proj(), p + "attn.output_proj"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w1(), p + "mlp.w1"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w2(), p + "mlp.w2"));
-    CCTUNE_RETURN_IF_ERROR(check_dropout(layer.mlp().w3(), p + "mlp.w3"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.attn().q_proj(), p + "attn.q_proj"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.attn().k_proj(), p + "attn.k_proj"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.attn().v_proj(), p + "attn.v_proj"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.attn().output_proj(), p + "attn.output_proj"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.mlp().w1(), p + "mlp.w1"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.mlp().w2(), p + "mlp.w2"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(layer.mlp().w3(), p + "mlp.w3"));
   }
   const Projection& out = model->output();
   if (const auto* tied = dynamic_cast<const TiedLinear*>(&out)) {
     t->output_weight_ = &tied->tied_module().weight();
   } else if (const auto* lin = dynamic_cast<const Linear*>(&out)) {
-    CCTUNE_RETURN_IF_ERROR(check_dropout(*lin, "output"));
+    CCTUNE_RETURN_IF_ERROR(note_dropout(*lin, "output"));
     t->output_weight_ = &lin->weight();
     t->output_bias_ = lin->bias();
     const auto* lora = dynamic_cast<const LoRALinear*>(lin);
@@ -174,24 +183,79 @@ absl::Status DecoderTrainer::LinearBackward(Tensor* dx, const Linear& linear, co
 }
 
 absl::Status DecoderTrainer::AdapterBackward(Tensor* dx, const LoRALinear& lora, const Tensor& dy,
-                                             const Tensor& x) const {
+                                             const Tensor& x, int64_t row0) const {
   // y += s · B (A x): with us = s · A x,  dB += dyᵀ us;  du = s · dy B;  dA += duᵀ x;
   // dx += du A. Every temporary is [rows, rank].
+  //
+  // With dropout the adapter reads xd = D x (D: the mask times 1/(1-p), diagonal), so
+  // dA += duᵀ xd and dx += D (du A). The mask is regenerated here from the step's (seed,
+  // offset) rather than saved by the forward: saving would keep one [b·s, in] tensor per
+  // adapter alive from the forward to the backward (seven per layer, 6·d + f floats per token
+  // per layer, more than all the activations kept now, and it would defeat activation
+  // checkpointing), while regenerating costs one elementwise Philox pass per adapter, small
+  // next to its GEMMs; xd lives only inside this call.
   const Tensor& a = lora.lora_a().weight();
   const Tensor& b = lora.lora_b().weight();
   Tensor da = Grad(a), dbw = Grad(b);
   if (dx == nullptr && !da.defined() && !dbw.defined()) return absl::OkStatus();
+  const uint64_t* drop = DropoutOffset(lora);
+  const float p = static_cast<float>(lora.dropout());
+  const uint64_t drop_offset =
+      drop == nullptr ? 0 : *drop + static_cast<uint64_t>(row0 * lora.in_dim());
+  Tensor xa = x;  // the adapter's input
+  if (drop != nullptr) {
+    CCTUNE_ASSIGN_OR_RETURN(xa, F32(x.shape(), x.device()));
+    CCTUNE_RETURN_IF_ERROR(ops::Dropout(xa, x, p, dropout_seed_, drop_offset));
+  }
   Shape u_shape = x.shape();
   u_shape.back() = lora.rank();
   CCTUNE_ASSIGN_OR_RETURN(Tensor us, F32(u_shape, x.device()));
-  CCTUNE_RETURN_IF_ERROR(ops::Linear(us, x, a));
+  CCTUNE_RETURN_IF_ERROR(ops::Linear(us, xa, a));
   const float scale = static_cast<float>(lora.scale());
   CCTUNE_RETURN_IF_ERROR(ops::Scale(us, us, scale));
   CCTUNE_ASSIGN_OR_RETURN(Tensor du, F32Zeros(u_shape, x.device()));
   CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&du, OrNull(dbw), nullptr, dy, us, b));
   if (dx == nullptr && !da.defined()) return absl::OkStatus();
   CCTUNE_RETURN_IF_ERROR(ops::Scale(du, du, scale));
-  return ops::LinearBackward(dx, OrNull(da), nullptr, du, x, a);
+  if (drop == nullptr) return ops::LinearBackward(dx, OrNull(da), nullptr, du, x, a);
+  if (dx == nullptr) return ops::LinearBackward(nullptr, OrNull(da), nullptr, du, xa, a);
+  // dx += D (du A), through a zeroed temporary that the mask is applied to in place.
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dxa, F32Zeros(x.shape(), x.device()));
+  CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&dxa, OrNull(da), nullptr, du, xa, a));
+  CCTUNE_RETURN_IF_ERROR(ops::Dropout(dxa, dxa, p, dropout_seed_, drop_offset));
+  return ops::Add(*dx, *dx, dxa);
+}
+
+const uint64_t* DecoderTrainer::DropoutOffset(const Linear& linear) const {
+  if (dropout_offsets_.empty()) return nullptr;
+  const auto* lora = dynamic_cast<const LoRALinear*>(&linear);
+  if (lora == nullptr) return nullptr;
+  auto it = dropout_offsets_.find(lora);
+  return it == dropout_offsets_.end() ? nullptr : &it->second;
+}
+
+absl::Status DecoderTrainer::ProjForward(const Linear& linear, Tensor& out, const Tensor& x,
+                                         int64_t row0) const {
+  const uint64_t* drop = DropoutOffset(linear);
+  if (drop == nullptr) return linear.Forward(out, x);
+  const auto& lora = static_cast<const LoRALinear&>(linear);
+  return lora.ForwardWithDropout(out, x, dropout_seed_,
+                                 *drop + static_cast<uint64_t>(row0 * lora.in_dim()));
+}
+
+void DecoderTrainer::AssignDropoutOffsets(int64_t rows) {
+  dropout_offsets_.clear();
+  Generator& gen = *generator_;
+  dropout_seed_ = gen.seed();
+  uint64_t next = gen.offset();
+  bool any = false;
+  for (const LoRALinear* lora : dropout_adapters_) {
+    if (lora->merged()) continue;  // merged after Create: the adapter is no longer applied
+    dropout_offsets_[lora] = next;
+    next += static_cast<uint64_t>(rows) * static_cast<uint64_t>(lora->in_dim());
+    any = true;
+  }
+  if (any) gen.SetState(dropout_seed_, next);
 }
 
 absl::StatusOr<DecoderTrainer::Batch> DecoderTrainer::PrepareBatch(const Tensor& tokens,
@@ -216,15 +280,18 @@ absl::StatusOr<DecoderTrainer::Batch> DecoderTrainer::PrepareBatch(const Tensor&
         "DecoderTrainer: labels must be i32/i64 ", ShapeToString(tokens.shape()), ", got ",
         DTypeName(labels.dtype()), " ", ShapeToString(labels.shape())));
   }
-  bt.tokens = tokens;
-  CCTUNE_ASSIGN_OR_RETURN(bt.labels, labels.Reshape({bt.b * bt.s}));
+  // The batch moves to the model's device (no copy when it is already there): the data loader
+  // collates on the host, the trainer runs where the weights are.
+  CCTUNE_ASSIGN_OR_RETURN(bt.tokens, tokens.To(bt.device));
+  CCTUNE_ASSIGN_OR_RETURN(bt.labels, labels.To(bt.device));
+  CCTUNE_ASSIGN_OR_RETURN(bt.labels, bt.labels.Reshape({bt.b * bt.s}));
   if (mask != nullptr) {
     if (mask->dtype() != DType::kBool || mask->shape() != Shape{bt.b, bt.s, bt.s}) {
       return absl::InvalidArgumentError(
           absl::StrCat("DecoderTrainer: mask must be bool [", bt.b, ", ", bt.s, ", ", bt.s,
                        "], got ", DTypeName(mask->dtype()), " ", ShapeToString(mask->shape())));
     }
-    bt.mask = *mask;
+    CCTUNE_ASSIGN_OR_RETURN(bt.mask, mask->To(bt.device));
     bt.has_mask = true;
   }
   if (input_pos != nullptr) {
@@ -236,7 +303,7 @@ absl::StatusOr<DecoderTrainer::Batch> DecoderTrainer::PrepareBatch(const Tensor&
           ShapeToString(tokens.shape()), ", got ", DTypeName(input_pos->dtype()), " ",
           ShapeToString(input_pos->shape())));
     }
-    bt.positions = *input_pos;
+    CCTUNE_ASSIGN_OR_RETURN(bt.positions, input_pos->To(bt.device));
   } else {
     std::vector<int64_t> pos(bt.s);
     for (int64_t i = 0; i < bt.s; ++i) pos[i] = i;
@@ -277,9 +344,9 @@ absl::Status DecoderTrainer::LayerForward(size_t l, LayerActs& a, const Tensor& 
 
   // Attention block: h1 = x + output_proj(attention(rope(q), rope(k), v)).
   CCTUNE_RETURN_IF_ERROR(ops::RmsNorm(a.xn1, x, layer.sa_norm().scale(), layer.sa_norm().eps()));
-  CCTUNE_RETURN_IF_ERROR(attn.q_proj().Forward(a.q, a.xn1));
-  CCTUNE_RETURN_IF_ERROR(attn.k_proj().Forward(a.k, a.xn1));
-  CCTUNE_RETURN_IF_ERROR(attn.v_proj().Forward(a.v, a.xn1));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(attn.q_proj(), a.q, a.xn1));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(attn.k_proj(), a.k, a.xn1));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(attn.v_proj(), a.v, a.xn1));
   CCTUNE_ASSIGN_OR_RETURN(Tensor q4, Heads(a.q, n_h, h_d));
   CCTUNE_ASSIGN_OR_RETURN(Tensor k4, Heads(a.k, n_kv, h_d));
   if (RotaryPositionalEmbeddings* rope = attn.pos_embeddings(); rope != nullptr) {
@@ -296,16 +363,16 @@ absl::Status DecoderTrainer::LayerForward(size_t l, LayerActs& a, const Tensor& 
   const ops::AttentionOptions opt = bt.Options(attn.is_causal());
   CCTUNE_RETURN_IF_ERROR(ops::AttentionWithLse(attn_t, a.lse, q_t, k_t, v_t, opt));
   // `out` doubles as the temporary for the projections' outputs.
-  CCTUNE_RETURN_IF_ERROR(attn.output_proj().Forward(out, a.attn));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(attn.output_proj(), out, a.attn));
   CCTUNE_RETURN_IF_ERROR(ops::Add(a.h1, x, out));
 
   // Feed-forward block: out = h1 + w2(silu(w1(xn2)) · w3(xn2)).
   CCTUNE_RETURN_IF_ERROR(
       ops::RmsNorm(a.xn2, a.h1, layer.mlp_norm().scale(), layer.mlp_norm().eps()));
-  CCTUNE_RETURN_IF_ERROR(mlp.w1().Forward(a.gate, a.xn2));
-  CCTUNE_RETURN_IF_ERROR(mlp.w3().Forward(a.up, a.xn2));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(mlp.w1(), a.gate, a.xn2));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(mlp.w3(), a.up, a.xn2));
   CCTUNE_RETURN_IF_ERROR(ops::SiluMul(a.act, a.gate, a.up));
-  CCTUNE_RETURN_IF_ERROR(mlp.w2().Forward(out, a.act));
+  CCTUNE_RETURN_IF_ERROR(ProjForward(mlp.w2(), out, a.act));
   return ops::Add(out, a.h1, out);
 }
 
@@ -377,6 +444,10 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   const size_t num_layers = model_->num_layers();
   const Device& dev = bt.device;
   const bool keep_all = backward && !options_.activation_checkpointing;
+  // This step's LoRA dropout masks (training only; the recompute of activation checkpointing
+  // and the backward reuse them).
+  dropout_offsets_.clear();
+  if (backward) AssignDropoutOffsets(b * s);
 
   // hs[l] is the input of layer l; hs[num_layers] the last layer's output.
   std::vector<Tensor> hs(num_layers + 1);
@@ -394,8 +465,10 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   CCTUNE_RETURN_IF_ERROR(ops::RmsNorm(xnf, h_last, norm.scale(), norm.eps()));
 
   // The loss's normaliser must be known before the fused backward of the output chunks.
+  // Counted on the caller's labels: free when they are on the host (the recipes' case), one
+  // copy when they were passed on the device.
   LossSum result;
-  CCTUNE_ASSIGN_OR_RETURN(result.num_valid, CountValidLabels(bt.labels));
+  CCTUNE_ASSIGN_OR_RETURN(result.num_valid, CountValidLabels(labels));
   if (normalizer <= 0) normalizer = static_cast<double>(result.num_valid);
   const bool do_backward = backward && result.num_valid > 0;
 
@@ -410,21 +483,24 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
     g_out_w = Grad(*output_weight_);
     if (output_bias_ != nullptr) g_out_b = Grad(*output_bias_);
   }
-  CCTUNE_ASSIGN_OR_RETURN(Tensor loss_sum, F32({}, Device::Cpu()));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor num_valid, Tensor::Empty({}, DType::kI64, Device::Cpu()));
+  // Each chunk's loss goes to its own slot on the model's device; they are read back once,
+  // after the whole backward is queued (one host sync per call), and summed in chunk order in
+  // fp64 as the chunks come.
+  const int64_t num_chunks = n > 0 ? (n + chunk - 1) / chunk : 0;
+  CCTUNE_ASSIGN_OR_RETURN(Tensor chunk_losses, F32({num_chunks}, dev));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor num_valid, Tensor::Empty({}, DType::kI64, dev));
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0);
     CCTUNE_ASSIGN_OR_RETURN(Tensor logits, logits_buf.Narrow(0, 0, rows));
     CCTUNE_ASSIGN_OR_RETURN(Tensor x_rows, xnf.Narrow(0, r0, rows));
     CCTUNE_ASSIGN_OR_RETURN(Tensor targets, bt.labels.Narrow(0, r0, rows));
     if (output_lora_ != nullptr) {
-      CCTUNE_RETURN_IF_ERROR(output_lora_->Forward(logits, x_rows));
+      CCTUNE_RETURN_IF_ERROR(ProjForward(*output_lora_, logits, x_rows, r0));
     } else {
       CCTUNE_RETURN_IF_ERROR(ops::Linear(logits, x_rows, *output_weight_, output_bias_));
     }
+    CCTUNE_ASSIGN_OR_RETURN(Tensor loss_sum, chunk_losses.Select(0, r0 / chunk));
     CCTUNE_RETURN_IF_ERROR(ops::CrossEntropyForward(loss_sum, num_valid, nullptr, logits, targets));
-    CCTUNE_ASSIGN_OR_RETURN(std::vector<float> ls, loss_sum.ToFloatVector());
-    result.loss_sum += ls[0];
     if (do_backward) {
       CCTUNE_RETURN_IF_ERROR(ops::CrossEntropyBackward(logits, logits, targets,
                                                        static_cast<float>(1.0 / normalizer)));
@@ -432,11 +508,14 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
       CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&dx_rows, OrNull(g_out_w), OrNull(g_out_b),
                                                  logits, x_rows, *output_weight_));
       if (output_lora_ != nullptr) {
-        CCTUNE_RETURN_IF_ERROR(AdapterBackward(&dx_rows, *output_lora_, logits, x_rows));
+        CCTUNE_RETURN_IF_ERROR(AdapterBackward(&dx_rows, *output_lora_, logits, x_rows, r0));
       }
     }
   }
-  if (!do_backward) return result;
+  if (!do_backward) {
+    CCTUNE_RETURN_IF_ERROR(AddChunkLosses(chunk_losses, &result));
+    return result;
+  }
 
   // Backward. dh is the residual stream's gradient, from the last layer's output down.
   CCTUNE_ASSIGN_OR_RETURN(Tensor dh, F32Zeros({b, s, d}, dev));
@@ -462,6 +541,7 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   if (g_emb.defined()) {
     CCTUNE_RETURN_IF_ERROR(ops::EmbeddingBackward(g_emb, dh, bt.tokens));
   }
+  CCTUNE_RETURN_IF_ERROR(AddChunkLosses(chunk_losses, &result));
   return result;
 }
 

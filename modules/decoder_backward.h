@@ -20,7 +20,23 @@
 // LoRA: LoRALinear projections (modules/lora_linear.h) anywhere a Linear is, including the
 // output, get their adapter's forward and backward; with a gradient arena holding only the
 // adapters (models/lora.h LoRATrainableLayout) and frozen_if_missing, only they get gradients
-// (the frozen base weights still pass dx through). lora_dropout > 0 is Unimplemented.
+// (the frozen base weights still pass dx through).
+//
+// LoRA dropout (torchtune's LoRALinear: the adapter reads dropout(x), the base path x): in
+// ForwardBackward every unmerged adapter with dropout p > 0 drops each element of its input
+// [b·s, in] with probability p and scales the rest by 1/(1-p), with a mask of its own drawn
+// from the trainer's Generator (set_generator): the adapters take consecutive blocks of
+// b·s·in Philox words from the generator's offset, in the order layers.0.attn.q_proj, k_proj,
+// v_proj, output_proj, mlp.w1, w2, w3, layers.1..., then the output projection, element i of
+// an adapter's row-major input using word (block start + i) (ops::Dropout), and the generator
+// advances past them all. So a step's masks are a function of the generator's state, which a
+// recipe saves and restores for an exact resume. The backward and activation checkpointing's
+// recompute regenerate the same masks; Loss() (validation) applies no dropout.
+//
+// Devices: everything runs on the device of the model's weights (cpu or cuda:N), with the
+// gradient arena on it too. Batches may be passed on the host (they are copied over); the
+// chunks' losses stay on the device and are read back once per call, after the backward is
+// queued. Labels passed on the device cost one more read (for the valid-label count).
 //
 // Supported: GQA/MQA, q/k/v (and any other Linear) biases, tied or untied output, RoPE of any
 // flavour, an explicit bool mask [b, s, s] (packing) and input_pos [b, s] or [s]. Not
@@ -35,6 +51,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/random.h"
 #include "core/tensor.h"
 #include "modules/linear.h"
 #include "modules/lora_linear.h"
@@ -75,6 +92,11 @@ class DecoderTrainer {
       TransformerDecoder* model, const ParameterArena* grads, DecoderTrainerOptions options = {});
 
   const DecoderTrainerOptions& options() const { return options_; }
+  // The generator LoRA dropout draws its masks from (see above); it must outlive the trainer.
+  // Until one is set, the trainer uses its own, seeded with 0. Advanced only by
+  // ForwardBackward calls on a model with an adapter whose dropout is > 0.
+  void set_generator(Generator* gen) { generator_ = gen != nullptr ? gen : &own_generator_; }
+  Generator& generator() const { return *generator_; }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
 
   // Forward, loss and backward. tokens: i32/i64 [b, s]; labels: i32/i64 [b, s] (each in
@@ -104,9 +126,19 @@ class DecoderTrainer {
   absl::Status LinearBackward(Tensor* dx, const Linear& linear, const Tensor& dy,
                               const Tensor& x) const;
   // The adapter part of a LoRALinear's backward (gradients of lora_a/lora_b unless frozen,
-  // and its contribution to dx).
+  // and its contribution to dx). x holds rows [row0, ...) of the adapter's input (the output
+  // projection runs by row chunks), which places them in its dropout mask.
   absl::Status AdapterBackward(Tensor* dx, const LoRALinear& lora, const Tensor& dy,
-                               const Tensor& x) const;
+                               const Tensor& x, int64_t row0 = 0) const;
+  // linear.Forward, or, for an adapter with dropout in this step, its training forward (x:
+  // rows [row0, ...) of its input, as above).
+  absl::Status ProjForward(const Linear& linear, Tensor& out, const Tensor& x,
+                           int64_t row0 = 0) const;
+  // The first Philox word of `lora`'s dropout mask in this step; null when it has none (no
+  // dropout, merged, or not a training forward).
+  const uint64_t* DropoutOffset(const Linear& linear) const;
+  // Draws this step's dropout blocks from the generator (see above) for `rows` input rows.
+  void AssignDropoutOffsets(int64_t rows);
   absl::Status LayerForward(size_t l, LayerActs& acts, const Tensor& x, Tensor& out,
                             const Batch& batch);
   absl::Status LayerBackward(size_t l, const LayerActs& acts, const Tensor& x, Tensor& dh,
@@ -121,6 +153,13 @@ class DecoderTrainer {
   const LoRALinear* output_lora_ = nullptr;  // an unmerged LoRA output projection
   // Parameter (by the address of its bound tensor) -> its gradient view.
   absl::flat_hash_map<const Tensor*, Tensor> grads_;
+  // LoRA dropout: the adapters with dropout > 0 in their draw order, the generator, and this
+  // step's first mask word of each (empty outside a training forward).
+  std::vector<const LoRALinear*> dropout_adapters_;
+  Generator own_generator_{0};
+  Generator* generator_ = &own_generator_;
+  uint64_t dropout_seed_ = 0;
+  absl::flat_hash_map<const LoRALinear*, uint64_t> dropout_offsets_;
 };
 
 }  // namespace cctune

@@ -2,7 +2,9 @@
 // output; q/k/v biases; packed documents with an explicit mask and positions): the loss
 // against an independent fp64 implementation of the network written here, every parameter's
 // gradient against central finite differences of that fp64 loss, activation checkpointing
-// against the plain run (bit-identical), and gradient accumulation over micro-batches.
+// against the plain run (bit-identical), and gradient accumulation over micro-batches. LoRA:
+// adapter gradients against the fp64 loss (merged, or with dropout applied unmerged with the
+// documented Philox masks) and checkpointing with dropout (bit-identical).
 #include "modules/decoder_backward.h"
 
 #include <algorithm>
@@ -184,12 +186,68 @@ const Vec* Bias(const Params& p, const std::string& name) {
   return it == p.end() ? nullptr : &it->second;
 }
 
-double RefLoss(const Case& c, const Params& p, const Data& data) {
+// LoRA dropout for RefLoss: the adapters are applied unmerged, each on its input with its own
+// mask: element i of the [b·s, in] input of adapter `name` is dropped when the Uniform() number
+// offsets[name] + i of stream `seed` is < p, and the rest are scaled by 1/(1-p) (in fp64).
+struct RefDropout {
+  float p = 0;
+  uint64_t seed = 0;
+  double scale = 0;  // alpha / rank
+  std::map<std::string, uint64_t> offsets;
+  uint64_t end = 0;  // the generator's offset after the step
+};
+
+// The masks' offsets as decoder_backward.h documents them: consecutive blocks of b·s·in words
+// from `offset`, in the order q, k, v, output_proj, w1, w2, w3 of each layer, then the output.
+RefDropout MakeRefDropout(const Case& c, const Params& theta, float p, uint64_t seed,
+                          uint64_t offset, double scale) {
+  const DecoderConfig& cf = c.config;
+  const int64_t m = c.b * c.s, d = cf.embed_dim, qd = cf.num_heads * cf.head_dim;
+  RefDropout r{p, seed, scale, {}, offset};
+  std::vector<std::pair<std::string, int64_t>> order;
+  for (int64_t l = 0; l < cf.num_layers; ++l) {
+    const std::string pre = absl::StrCat("layers.", l, ".");
+    for (const auto& [name, in] : std::vector<std::pair<std::string, int64_t>>{
+             {"attn.q_proj", d}, {"attn.k_proj", d}, {"attn.v_proj", d},
+             {"attn.output_proj", qd}, {"mlp.w1", d}, {"mlp.w2", cf.intermediate_dim},
+             {"mlp.w3", d}}) {
+      order.push_back({pre + name, in});
+    }
+  }
+  order.push_back({"output", d});
+  for (const auto& [name, in] : order) {
+    if (theta.count(name + ".lora_a.weight") == 0) continue;
+    r.offsets[name] = r.end;
+    r.end += static_cast<uint64_t>(m * in);
+  }
+  return r;
+}
+
+double RefLoss(const Case& c, const Params& p, const Data& data,
+               const RefDropout* drop = nullptr) {
   const DecoderConfig& cf = c.config;
   const int64_t m = c.b * c.s, d = cf.embed_dim, hd = cf.head_dim, v = cf.vocab_size;
   const int64_t n_h = cf.num_heads, n_kv = cf.num_kv_heads, g = n_h / n_kv;
   const int64_t f = cf.intermediate_dim;
   const double eps = cf.norm_eps;
+  // Projection `name` of x [m, in]: base (+ bias), and with `drop` its adapter on dropout(x).
+  auto proj = [&](const std::string& name, const Vec& x, int64_t in, int64_t out,
+                  const Vec& w) {
+    Vec y = RefLinear(x, w, Bias(p, name + ".bias"), m, in, out);
+    if (drop == nullptr || drop->offsets.count(name) == 0) return y;
+    const Vec& a = p.at(name + ".lora_a.weight");
+    const Vec& b = p.at(name + ".lora_b.weight");
+    const int64_t r = static_cast<int64_t>(a.size()) / in;
+    Generator gen(drop->seed);
+    gen.SetState(drop->seed, drop->offsets.at(name));
+    Vec xd(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xd[i] = gen.Uniform() < drop->p ? 0.0 : x[i] / (1.0 - static_cast<double>(drop->p));
+    }
+    const Vec delta = RefLinear(RefLinear(xd, a, nullptr, m, in, r), b, nullptr, m, r, out);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += drop->scale * delta[i];
+    return y;
+  };
   const Vec& emb = p.at("tok_embeddings.weight");
   Vec h(m * d);
   for (int64_t t = 0; t < m; ++t) {
@@ -199,12 +257,9 @@ double RefLoss(const Case& c, const Params& p, const Data& data) {
     const std::string pre = absl::StrCat("layers.", l, ".");
     auto P = [&](const std::string& n) -> const Vec& { return p.at(pre + n); };
     const Vec xn = RefRmsNorm(h, P("sa_norm.scale"), m, d, eps);
-    Vec q = RefLinear(xn, P("attn.q_proj.weight"), Bias(p, pre + "attn.q_proj.bias"), m, d,
-                      n_h * hd);
-    Vec k = RefLinear(xn, P("attn.k_proj.weight"), Bias(p, pre + "attn.k_proj.bias"), m, d,
-                      n_kv * hd);
-    const Vec vv = RefLinear(xn, P("attn.v_proj.weight"), Bias(p, pre + "attn.v_proj.bias"), m,
-                             d, n_kv * hd);
+    Vec q = proj(pre + "attn.q_proj", xn, d, n_h * hd, P("attn.q_proj.weight"));
+    Vec k = proj(pre + "attn.k_proj", xn, d, n_kv * hd, P("attn.k_proj.weight"));
+    const Vec vv = proj(pre + "attn.v_proj", xn, d, n_kv * hd, P("attn.v_proj.weight"));
     RefRope(q, data.positions, m, n_h, hd, cf.rope_base, cf.rope_pairing);
     RefRope(k, data.positions, m, n_kv, hd, cf.rope_base, cf.rope_pairing);
     Vec attn(m * n_h * hd, 0.0);
@@ -236,19 +291,18 @@ double RefLoss(const Case& c, const Params& p, const Data& data) {
         }
       }
     }
-    const Vec o = RefLinear(attn, P("attn.output_proj.weight"), nullptr, m, n_h * hd, d);
+    const Vec o = proj(pre + "attn.output_proj", attn, n_h * hd, d, P("attn.output_proj.weight"));
     for (int64_t i = 0; i < m * d; ++i) h[i] += o[i];
     const Vec xn2 = RefRmsNorm(h, P("mlp_norm.scale"), m, d, eps);
-    const Vec gate = RefLinear(xn2, P("mlp.w1.weight"), nullptr, m, d, f);
-    const Vec up = RefLinear(xn2, P("mlp.w3.weight"), nullptr, m, d, f);
+    const Vec gate = proj(pre + "mlp.w1", xn2, d, f, P("mlp.w1.weight"));
+    const Vec up = proj(pre + "mlp.w3", xn2, d, f, P("mlp.w3.weight"));
     Vec act(m * f);
     for (int64_t i = 0; i < m * f; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const Vec down = RefLinear(act, P("mlp.w2.weight"), nullptr, m, f, d);
+    const Vec down = proj(pre + "mlp.w2", act, f, d, P("mlp.w2.weight"));
     for (int64_t i = 0; i < m * d; ++i) h[i] += down[i];
   }
   const Vec& w_out = cf.tie_word_embeddings ? emb : p.at("output.weight");
-  const Vec logits = RefLinear(RefRmsNorm(h, p.at("norm.scale"), m, d, eps), w_out, nullptr, m,
-                               d, v);
+  const Vec logits = proj("output", RefRmsNorm(h, p.at("norm.scale"), m, d, eps), d, v, w_out);
   double total = 0;
   int64_t count = 0;
   for (int64_t t = 0; t < m; ++t) {
@@ -706,15 +760,131 @@ TEST(DecoderTrainerLoRATest, MergedAndUnmergedGiveTheSameLogits) {
   }
 }
 
-TEST(DecoderTrainerLoRATest, RejectsDropout) {
-  LoRAOptions lora = TinyLoRA(false);
-  lora.lora_dropout = 0.1;
-  LoRAModel m = MakeLoRAModel(Cases()[0].config, lora, 95);
-  DecoderTrainerOptions opts;
-  opts.frozen_if_missing = true;
-  const absl::Status st = DecoderTrainer::Create(m.decoder.get(), &m.grads, opts).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(st.message().find("v_proj"), std::string::npos) << st;
+// LoRA dropout: with the generator at a fixed state, the trainer's loss is the fp64 reference
+// loss with the documented masks (each adapter's own block of Philox words, its input dropped
+// elementwise, the base path undropped), and every adapter gradient matches central finite
+// differences of that loss with the same masks. The generator advances past exactly those
+// blocks; Loss() applies no dropout and draws nothing.
+TEST(DecoderTrainerLoRADropoutTest, AdapterGradientsMatchFiniteDifferencesWithTheSameMasks) {
+  const float p = 0.25f;
+  for (const Case& c : {Cases()[1], Cases()[2]}) {  // untied MQA with biases; packed GQA
+    LoRAOptions lora = TinyLoRA(true);
+    lora.lora_dropout = p;
+    LoRAModel m = MakeLoRAModel(c.config, lora, 171);
+    Generator gen(172);
+    const Data data = MakeData(c, gen);
+    DecoderTrainerOptions opts;
+    opts.frozen_if_missing = true;
+    opts.logits_chunk_rows = 4;  // the output adapter's mask is cut into row chunks
+    auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+    const uint64_t seed = (uint64_t{1} << 33) + 9, offset = 1001;
+    Generator drop_gen(seed);
+    drop_gen.SetState(seed, offset);
+    trainer->set_generator(&drop_gen);
+    const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+    const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+    Params theta = ToDouble(m.params);
+    const RefDropout drop = MakeRefDropout(c, theta, p, seed, offset, 2.0);
+    ASSERT_EQ(drop.offsets.size(), 2u * 7 + 1);
+
+    // Validation first: no dropout, nothing drawn.
+    const LossSum eval = ValueOrDie(trainer->Loss(data.t_tokens, data.t_labels, mask, pos));
+    EXPECT_EQ(drop_gen.offset(), offset);
+    const double eval_ref = RefLoss(c, MergeRef(theta, 2.0), data);
+    EXPECT_NEAR(eval.Mean(), eval_ref, 1e-5) << c.name;
+
+    const LossSum loss =
+        ValueOrDie(trainer->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+    EXPECT_EQ(drop_gen.seed(), seed);
+    EXPECT_EQ(drop_gen.offset(), drop.end) << "the generator must advance past every mask";
+    const double want = RefLoss(c, theta, data, &drop);
+    EXPECT_NEAR(loss.Mean(), want, 1e-5) << c.name;
+    EXPECT_GT(std::fabs(want - eval_ref), 1e-3) << c.name << ": dropout changed nothing";
+
+    Generator pick(173);
+    const double h = 1e-5;
+    for (const auto& [name, gview] : m.grads.named_tensors()) {
+      const std::vector<float> g = Floats(gview);
+      double max_g = 0;
+      int64_t arg_max = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (std::fabs(g[i]) > max_g) max_g = std::fabs(g[i]), arg_max = static_cast<int64_t>(i);
+      }
+      EXPECT_GT(max_g, 1e-5) << c.name << " " << name << " has no gradient to check";
+      std::vector<int64_t> idx = {arg_max};
+      for (int k = 0; k < 4; ++k) idx.push_back(static_cast<int64_t>(pick.UniformInt(g.size())));
+      for (int64_t i : idx) {
+        Vec& x = theta[name];
+        const double x0 = x[i];
+        x[i] = x0 + h;
+        const double up = RefLoss(c, theta, data, &drop);
+        x[i] = x0 - h;
+        const double down = RefLoss(c, theta, data, &drop);
+        x[i] = x0;
+        const double fd = (up - down) / (2 * h);
+        EXPECT_NEAR(g[i], fd, 5e-5 * (max_g + std::fabs(fd)) + 1e-7)
+            << c.name << " d" << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+// With dropout, activation checkpointing recomputes the same masks: bit-identical losses and
+// gradients, and both runs leave the generator in the same state. A generator restored to the
+// same state reproduces a step exactly; the next step draws fresh masks; without dropout the
+// gradients differ (so the masks are really applied).
+TEST(DecoderTrainerLoRADropoutTest, CheckpointingAndRestoredGeneratorGiveBitIdenticalGradients) {
+  for (const Case& c : {Cases()[1], Cases()[2]}) {
+    LoRAOptions lora = TinyLoRA(true);
+    lora.lora_dropout = 0.1;
+    LoRAModel m = MakeLoRAModel(c.config, lora, 181);
+    Generator gen(182);
+    const Data data = MakeData(c, gen);
+    const Tensor* mask = c.packed ? &data.t_mask : nullptr;
+    const Tensor* pos = c.packed ? &data.t_positions : nullptr;
+    DecoderTrainerOptions opts;
+    opts.frozen_if_missing = true;
+    opts.logits_chunk_rows = 5;
+    auto run = [&](bool ckpt, uint64_t offset, std::vector<float>* grads, uint64_t* end) {
+      ParameterArena g = ValueOrDie(ParameterArena::Allocate(m.grads.layout(), Device::Cpu()));
+      DecoderTrainerOptions o = opts;
+      o.activation_checkpointing = ckpt;
+      auto t = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &g, o));
+      Generator drop_gen(5);
+      drop_gen.SetState(5, offset);
+      t->set_generator(&drop_gen);
+      const LossSum l = ValueOrDie(t->ForwardBackward(data.t_tokens, data.t_labels, mask, pos));
+      *grads = AllGrads(g);
+      *end = drop_gen.offset();
+      return l.loss_sum;
+    };
+    std::vector<float> g_plain, g_ckpt, g_again, g_next;
+    uint64_t end_plain = 0, end_ckpt = 0, end_again = 0, end_next = 0;
+    const double l_plain = run(false, 40, &g_plain, &end_plain);
+    const double l_ckpt = run(true, 40, &g_ckpt, &end_ckpt);
+    EXPECT_EQ(l_plain, l_ckpt) << c.name;
+    EXPECT_EQ(end_plain, end_ckpt) << c.name;
+    ASSERT_EQ(g_plain.size(), g_ckpt.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < g_plain.size(); ++i) differ += g_plain[i] != g_ckpt[i];
+    EXPECT_EQ(differ, 0) << c.name << ": checkpointed gradients differ with dropout";
+    const double l_again = run(false, 40, &g_again, &end_again);
+    EXPECT_EQ(l_again, l_plain) << c.name;
+    EXPECT_EQ(g_again, g_plain) << c.name;
+    // The next step (the generator where this one left it) draws other masks.
+    const double l_next = run(false, end_plain, &g_next, &end_next);
+    EXPECT_NE(l_next, l_plain) << c.name;
+    EXPECT_EQ(end_next - end_plain, end_plain - 40) << c.name;
+    // Dropout 0: no draws and other gradients.
+    LoRAOptions no_drop = TinyLoRA(true);
+    LoRAModel m0 = MakeLoRAModel(c.config, no_drop, 181);  // the same weights
+    auto t0 = ValueOrDie(DecoderTrainer::Create(m0.decoder.get(), &m0.grads, opts));
+    Generator g0(5);
+    t0->set_generator(&g0);
+    ASSERT_TRUE(t0->ForwardBackward(data.t_tokens, data.t_labels, mask, pos).ok());
+    EXPECT_EQ(g0.offset(), 0u);
+    EXPECT_NE(AllGrads(m0.grads), g_plain) << c.name;
+  }
 }
 
 // Packing two documents into one row (block-causal mask, positions restarting at 0) gives each

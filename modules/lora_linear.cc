@@ -31,6 +31,19 @@ LoRALinear::LoRALinear(int64_t in_dim, int64_t out_dim, int64_t rank, double alp
 absl::Status LoRALinear::Forward(Tensor& out, const Tensor& x) const {
   CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x));
   if (merged_) return absl::OkStatus();
+  return AddAdapter(out, x);
+}
+
+absl::Status LoRALinear::ForwardWithDropout(Tensor& out, const Tensor& x, uint64_t seed,
+                                            uint64_t offset) const {
+  if (merged_ || dropout_ == 0.0) return Forward(out, x);
+  CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dropped, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  CCTUNE_RETURN_IF_ERROR(ops::Dropout(dropped, x, static_cast<float>(dropout_), seed, offset));
+  return AddAdapter(out, dropped);
+}
+
+absl::Status LoRALinear::AddAdapter(Tensor& out, const Tensor& x) const {
   Shape u_shape = x.shape();
   u_shape.back() = rank_;
   CCTUNE_ASSIGN_OR_RETURN(Tensor u, Tensor::Empty(u_shape, DType::kF32, x.device()));

@@ -5,8 +5,9 @@
 // [out, rank] (zeros), so a fresh adapter leaves the output unchanged. It IS a Linear, so it fits
 // every place that takes one (q/k/v/output_proj, w1/w2/w3, the decoder's output); only the
 // adapter is meant to be trained (modules/decoder_backward.h, LoRATrainableLayout).
-// Dropout on the adapter's input is declared for torchtune parity but this forward is the
-// evaluation one (no dropout); the training backward rejects dropout > 0.
+// Dropout on the adapter's input (torchtune: lora_b(lora_a(dropout(x))) * scale, while the base
+// path reads x itself): Forward is the evaluation forward (no dropout); ForwardWithDropout is
+// the training one, which the trainer (modules/decoder_backward.h) calls with a Philox stream.
 #ifndef CCTUNE_MODULES_LORA_LINEAR_H_
 #define CCTUNE_MODULES_LORA_LINEAR_H_
 
@@ -35,12 +36,20 @@ class LoRALinear : public Linear {
   bool merged() const { return merged_; }
 
   absl::Status Forward(Tensor& out, const Tensor& x) const override;
+  // The training forward: the adapter reads ops::Dropout(x, dropout(), seed, offset) (element i
+  // of x dropped by Philox word offset + i of stream `seed`), the base path x. With dropout()
+  // 0 or after Merge() it is Forward.
+  absl::Status ForwardWithDropout(Tensor& out, const Tensor& x, uint64_t seed,
+                                  uint64_t offset) const;
 
   // W += scale · B · A (computed in fp64, stored in W's dtype); afterwards Forward uses W alone,
   // so this module computes what a plain Linear holding the merged weight computes.
   absl::Status Merge();
 
  private:
+  // out += scale · B · A · x_adapter.
+  absl::Status AddAdapter(Tensor& out, const Tensor& x_adapter) const;
+
   int64_t rank_;
   double alpha_;
   double dropout_;

@@ -118,5 +118,49 @@ TEST(LoRALinearTest, FreshAdapterIsIdentityOnBase) {
   EXPECT_EQ(MaxAbsDiff(D(ValueOrDie(lora(x))), D(ValueOrDie(base(x)))), 0.0);
 }
 
+// The training forward: the base path reads x, the adapter x with element i dropped when the
+// (offset + i)-th Uniform() of stream `seed` is < p and the rest scaled by 1/(1-p); without
+// dropout, or merged, it is Forward.
+TEST(LoRALinearTest, ForwardWithDropoutDropsOnlyTheAdaptersInput) {
+  const int64_t n = 6, in = 20, out = 9, r = 3;
+  const double alpha = 6.0, p = 0.3;
+  LoRALinear lin(in, out, r, alpha, p, /*use_bias=*/true);
+  auto arena = ValueOrDie(ParameterArena::Create(lin, DType::kF32, Device::Cpu()));
+  Generator gen(21);
+  ASSERT_TRUE(arena.InitializeRandom(gen).ok());
+  Tensor lb = lin.lora_b().weight();
+  ASSERT_TRUE(FillNormal(lb, 0.0, 0.5, gen).ok());
+  const Tensor x = ValueOrDie(RandomNormal({n, in}, DType::kF32, gen));
+  const std::vector<double> xv = D(x);
+  const uint64_t seed = 77, offset = 5;
+  Generator mask(seed);
+  mask.SetState(seed, offset);
+  std::vector<double> xd(xv.size());
+  int dropped = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const bool drop = mask.Uniform() < static_cast<float>(p);
+    dropped += drop;
+    xd[i] = drop ? 0.0 : xv[i] / (1.0 - p);
+  }
+  EXPECT_GT(dropped, 0);
+  const std::vector<double> w = D(lin.weight()), b = D(*lin.bias());
+  const std::vector<double> a = D(lin.lora_a().weight()), bb = D(lin.lora_b().weight());
+  const std::vector<double> zero_w(w.size(), 0.0), zero_b(b.size(), 0.0);
+  // base(x) + adapter(xd): the reference with W = 0 gives the adapter part alone.
+  const std::vector<double> zero_bb(bb.size(), 0.0);
+  std::vector<double> want = Reference(xv, n, in, out, r, w, b, a, zero_bb, alpha / r);
+  const std::vector<double> adapter =
+      Reference(xd, n, in, out, r, zero_w, zero_b, a, bb, alpha / r);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += adapter[i];
+  Tensor got = ValueOrDie(Tensor::Empty({n, out}, DType::kF32));
+  ASSERT_TRUE(lin.ForwardWithDropout(got, x, seed, offset).ok());
+  EXPECT_LE(MaxAbsDiff(D(got), want), 1e-4);
+  const std::vector<double> eval = D(ValueOrDie(lin(x)));
+  EXPECT_GT(MaxAbsDiff(D(got), eval), 1e-3);  // the masks matter
+  ASSERT_TRUE(lin.Merge().ok());
+  ASSERT_TRUE(lin.ForwardWithDropout(got, x, seed, offset).ok());
+  EXPECT_EQ(D(got), D(ValueOrDie(lin(x))));  // merged: no adapter left to drop for
+}
+
 }  // namespace
 }  // namespace cctune

@@ -1,6 +1,8 @@
 #include "recipes/config_checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/device_interface.h"
+#include "core/status.h"
 
 namespace cctune {
 
@@ -11,13 +13,43 @@ absl::Status AtLeastOne(const ConfigNode& node) {
   return absl::OkStatus();
 }
 
-absl::Status CpuOnly(const ConfigNode& node) {
+absl::Status TrainingDeviceName(const ConfigNode& node) {
   if (node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
-  if (node.string_value() != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("device '", node.string_value(), "': training runs on cpu only for now"));
+  absl::StatusOr<Device> d = ParseDevice(node.string_value());
+  if (!d.ok()) return d.status();
+  if (d->is_meta()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", node.string_value(), "': training cannot run on meta"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Device> TrainingDevice(const std::string& name) {
+  absl::StatusOr<Device> device = ParseDevice(name);
+  if (!device.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("device: ", device.status().message()));
+  }
+  if (device->is_meta()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device '", name, "': training cannot run on meta"));
+  }
+  if (device->is_cpu()) return *device;
+  // Why the device cannot be used: the backend is not linked in, the driver reports an error,
+  // or the index is out of range.
+  auto unavailable = [&](absl::string_view reason) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device '", name, "': no CUDA device available: ", reason));
+  };
+  absl::StatusOr<DeviceInterface*> iface = GetDeviceInterface(device->type);
+  if (!iface.ok()) return unavailable(iface.status().message());
+  absl::StatusOr<int> count = (*iface)->DeviceCount();
+  if (!count.ok()) return unavailable(count.status().message());
+  if (*count < 1) return unavailable("the driver reports 0 devices");
+  if (device->index >= *count) {
+    return unavailable(absl::StrCat("index ", device->index, " but only ", *count,
+                                    " device(s) (cuda:0 to cuda:", *count - 1, ")"));
+  }
+  return *device;
 }
 
 absl::StatusOr<DType> RecipeDType(const std::string& name) {

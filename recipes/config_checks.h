@@ -7,14 +7,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/node.h"
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace cctune {
 
 // Schema check: an int value must be >= 1 (other kinds pass; the schema checks types).
 absl::Status AtLeastOne(const ConfigNode& node);
-// Schema check for the training recipes' `device`: only "cpu" for now.
-absl::Status CpuOnly(const ConfigNode& node);
+// Schema check for the training recipes' `device`: "cpu", "cuda" or "cuda:N" (the syntax
+// only, so a config for a GPU machine validates anywhere).
+absl::Status TrainingDeviceName(const ConfigNode& node);
+// The training device named by the `device` key, checked usable now: FailedPrecondition
+// "device 'cuda': no CUDA device available: <reason>" when the CUDA backend is not linked in,
+// the driver fails, or the index is out of range.
+absl::StatusOr<Device> TrainingDevice(const std::string& name);
 // The recipes' `dtype` key: fp32 or bf16.
 absl::StatusOr<DType> RecipeDType(const std::string& name);
 

@@ -84,13 +84,14 @@ Schema BuildSchema() {
       .Default("enable_activation_checkpointing", KeyType::Bool(), ConfigNode::Bool(false),
                "recompute each layer's forward in the backward")
       .Default("enable_activation_offloading", KeyType::Bool(), ConfigNode::Bool(false),
-               "accepted for torchtune configs; ignored on cpu")
+               "accepted for torchtune configs; ignored (activations stay on the device)")
       .Default("compile", KeyType::Bool(), ConfigNode::Bool(false), "accepted; ignored")
       .Default("optimizer_in_bwd", KeyType::Bool(), ConfigNode::Bool(false), "must be false")
       .Default("dtype", KeyType::Enum({"fp32", "bf16"}), ConfigNode::String("fp32"),
                "parameter dtype (bf16 keeps f32 master copies in the optimizer)")
-      .Default("device", KeyType::String(), ConfigNode::String("cpu"), "cpu")
-      .Check("device", CpuOnly)
+      .Default("device", KeyType::String(), ConfigNode::String("cpu"),
+               "cpu, cuda or cuda:N (weights, gradients and optimizer state on it)")
+      .Check("device", TrainingDeviceName)
       .Default("metric_logger", KeyType::Component("metric_logger").OrNull(), ConfigNode::Null(),
                "where metrics go (null: stdout)")
       .Default("log_every_n_steps", KeyType::Int(), ConfigNode::Int(1), "log period in steps")
@@ -176,7 +177,8 @@ std::vector<ConfigError> ValidateFullFinetuneConfig(const Config& config) {
 absl::Status RunFullFinetuneRecipe(const Config& config) {
   CCTUNE_RETURN_IF_ERROR(RegisterFullFinetuneComponents());
   const ConfigNode root = WithDefaults(config.root(), FullFinetuneRecipeSchema());
-  const Device device = Device::Cpu();
+  CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
+  CCTUNE_ASSIGN_OR_RETURN(const Device device, TrainingDevice(device_name));
 
   CCTUNE_ASSIGN_OR_RETURN(std::string output_dir, root.GetString("output_dir"));
   CCTUNE_ASSIGN_OR_RETURN(std::string dtype_name, root.GetString("dtype"));

@@ -90,13 +90,14 @@ Schema BuildSchema() {
       .Default("enable_activation_checkpointing", KeyType::Bool(), ConfigNode::Bool(false),
                "recompute each layer's forward in the backward")
       .Default("enable_activation_offloading", KeyType::Bool(), ConfigNode::Bool(false),
-               "accepted for torchtune configs; ignored on cpu")
+               "accepted for torchtune configs; ignored (activations stay on the device)")
       .Default("compile", KeyType::Bool(), ConfigNode::Bool(false), "accepted; ignored")
       .Default("optimizer_in_bwd", KeyType::Bool(), ConfigNode::Bool(false), "must be false")
       .Default("dtype", KeyType::Enum({"fp32", "bf16"}), ConfigNode::String("fp32"),
                "parameter dtype (bf16 keeps f32 master copies in the optimizer)")
-      .Default("device", KeyType::String(), ConfigNode::String("cpu"), "cpu")
-      .Check("device", CpuOnly)
+      .Default("device", KeyType::String(), ConfigNode::String("cpu"),
+               "cpu, cuda or cuda:N (weights, gradients and optimizer state on it)")
+      .Check("device", TrainingDeviceName)
       .Default("metric_logger", KeyType::Component("metric_logger").OrNull(), ConfigNode::Null(),
                "where metrics go (null: stdout)")
       .Default("log_every_n_steps", KeyType::Int(), ConfigNode::Int(1), "log period in steps")
@@ -157,10 +158,11 @@ absl::StatusOr<PeftAdapterConfig> AdapterConfigFromModelNode(const ConfigNode& m
       return absl::InvalidArgumentError(
           absl::StrCat("model.lora_dropout must be a number, got ", d->Describe()));
     }
-    if (v != 0.0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "model.lora_dropout: ", v, " is not supported; LoRA training needs lora_dropout: 0.0"));
+    if (!(v >= 0.0 && v < 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.lora_dropout must be in [0, 1), got ", v));
     }
+    c.lora_dropout = v;
   }
   if (c.r < 1) {
     return absl::InvalidArgumentError(absl::StrCat("model.lora_rank must be >= 1, got ", c.r));
@@ -184,12 +186,16 @@ absl::StatusOr<StateDict> MergedStateDict(const StateDict& state_dict, double sc
           absl::StrCat("merge: adapter ", name, " has no lora_b or base weight ", prefix,
                        ".weight"));
     }
-    CCTUNE_ASSIGN_OR_RETURN(Tensor a, a_view.To(DType::kF32));
+    // Merged on the host (the arena may be on a GPU; no copy when it is on the CPU).
+    CCTUNE_ASSIGN_OR_RETURN(Tensor a, a_view.To(Device::Cpu()));
+    CCTUNE_ASSIGN_OR_RETURN(a, a.To(DType::kF32));
     CCTUNE_ASSIGN_OR_RETURN(a, a.Contiguous());
-    CCTUNE_ASSIGN_OR_RETURN(Tensor b, b_it->second.To(DType::kF32));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor b, b_it->second.To(Device::Cpu()));
+    CCTUNE_ASSIGN_OR_RETURN(b, b.To(DType::kF32));
     CCTUNE_ASSIGN_OR_RETURN(b, b.Contiguous());
     const Tensor& w_view = w_it->second;
-    CCTUNE_ASSIGN_OR_RETURN(Tensor w, w_view.To(DType::kF32));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor w, w_view.To(Device::Cpu()));
+    CCTUNE_ASSIGN_OR_RETURN(w, w.To(DType::kF32));
     CCTUNE_ASSIGN_OR_RETURN(w, w.Clone());
     const int64_t rank = a.shape()[0], in = a.shape()[1], out = b.shape()[0];
     if (b.shape()[1] != rank || w.shape()[0] != out || w.shape()[1] != in) {
@@ -401,7 +407,8 @@ std::vector<ConfigError> ValidateLoRAFinetuneConfig(const Config& config) {
 absl::Status RunLoRAFinetuneRecipe(const Config& config) {
   CCTUNE_RETURN_IF_ERROR(RegisterLoRAFinetuneComponents());
   const ConfigNode root = WithDefaults(config.root(), LoRAFinetuneRecipeSchema());
-  const Device device = Device::Cpu();
+  CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
+  CCTUNE_ASSIGN_OR_RETURN(const Device device, TrainingDevice(device_name));
 
   CCTUNE_ASSIGN_OR_RETURN(std::string output_dir, root.GetString("output_dir"));
   CCTUNE_ASSIGN_OR_RETURN(std::string dtype_name, root.GetString("dtype"));
@@ -494,6 +501,9 @@ absl::Status RunLoRAFinetuneRecipe(const Config& config) {
   trainer_options.frozen_if_missing = true;
   CCTUNE_ASSIGN_OR_RETURN(run.trainer,
                           DecoderTrainer::Create(run.model.get(), &run.grads, trainer_options));
+  // LoRA dropout draws its masks from the recipe's generator, whose state the checkpoints
+  // save (recipe_state rng) and a resume restores, so a resumed run drops the same elements.
+  run.trainer->set_generator(&gen);
   CCTUNE_ASSIGN_OR_RETURN(std::vector<ParamBuffer> buffers,
                           LoRAParamBuffers(run.params, run.grads));
   CCTUNE_ASSIGN_OR_RETURN(run.optimizer,

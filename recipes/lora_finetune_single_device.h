@@ -2,7 +2,8 @@
 // keys and training loop as recipes/full_finetune_single_device, with a LoRA model builder
 // (torchtune.models.llama3_2.lora_llama3_2_1b ..., cctune.models.tiny.lora_tiny_llama; keys
 // lora_attn_modules, apply_lora_to_mlp, apply_lora_to_output, lora_rank, lora_alpha,
-// lora_dropout, which must be 0). Base weights load from the checkpointer with the adapter
+// lora_dropout: dropout on each adapter's input in training, masks from the seeded generator
+// whose state the checkpoints save). Base weights load from the checkpointer with the adapter
 // names missing (strict=false for them only) and stay frozen: only adapter parameters get
 // gradients and optimizer state. Each checkpoint <output_dir>/step_<N>/ holds the PEFT adapter
 // (adapter_model.safetensors + adapter_config.json), the merged full weights in HF layout
