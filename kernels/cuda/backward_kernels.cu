@@ -156,17 +156,6 @@ __global__ void SiluMulBackwardKernel(Ops5 ops, int64_t n) {
 
 // ---- Row-wise ----
 
-int RowThreads(int64_t d) {
-  if (d >= 4096) return 1024;
-  if (d >= 1024) return 512;
-  if (d >= 256) return 256;
-  return 128;
-}
-
-unsigned RowGrid(int64_t rows) {
-  return static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
-}
-
 __global__ void SoftmaxBackwardKernel(CuTensor dx, CuTensor dy, CuTensor y, int64_t rows,
                                       int64_t d) {
   __shared__ float scratch[32];

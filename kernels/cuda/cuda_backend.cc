@@ -30,18 +30,7 @@ static_assert(kCuMaxDims == kMaxDims, "CuTensor must hold every Tensor rank");
 // All work runs on the legacy default stream (see cuda_device.h).
 const cudaStream_t kStream = nullptr;
 
-CuTensor Cu(const Tensor& t) {
-  const StridedView v = t.strided_view();
-  CuTensor c;
-  c.data = v.data;
-  c.dtype = static_cast<int>(v.dtype);
-  c.ndim = v.ndim;
-  for (int i = 0; i < v.ndim; ++i) {
-    c.shape[i] = v.shape[i];
-    c.strides[i] = v.strides[i];
-  }
-  return c;
-}
+CuTensor Cu(const Tensor& t) { return ToCu(t.strided_view()); }
 
 absl::Status NeedDims(const Tensor& t, int min_dims, const char* op, const char* name) {
   if (t.dim() < min_dims) {

@@ -121,17 +121,6 @@ CachingAllocator& Allocator() {
   return *a;
 }
 
-CuTensor ToCu(const StridedView& v) {
-  CuTensor c;
-  c.data = v.data;
-  c.dtype = static_cast<int>(v.dtype);
-  c.ndim = v.ndim;
-  for (int i = 0; i < v.ndim; ++i) {
-    c.shape[i] = v.shape[i];
-    c.strides[i] = v.strides[i];
-  }
-  return c;
-}
 
 absl::Status CheckIndex(int index) {
   CCTUNE_ASSIGN_OR_RETURN(const int n, DeviceCount());
@@ -255,6 +244,18 @@ AllocatorStats GetAllocatorStats(int index) {
 absl::Status EmptyCache(int index) {
   CCTUNE_RETURN_IF_ERROR(CheckIndex(index));
   return Allocator().EmptyCache(index);
+}
+
+CuTensor ToCu(const StridedView& v) {
+  CuTensor c;
+  c.data = v.data;
+  c.dtype = static_cast<int>(v.dtype);
+  c.ndim = v.ndim;
+  for (int i = 0; i < v.ndim; ++i) {
+    c.shape[i] = v.shape[i];
+    c.strides[i] = v.strides[i];
+  }
+  return c;
 }
 
 }  // namespace cuda

@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/strided.h"
+#include "kernels/cuda/kernels.h"
 
 namespace cctune {
 namespace cuda {
@@ -36,6 +38,9 @@ AllocatorStats GetAllocatorStats(int index);
 
 // Returns every cached (free) block of device `index` to the driver.
 absl::Status EmptyCache(int index);
+
+// The kernels' view (kernels.h) of a strided view: same pointer, dtype code, shape, strides.
+CuTensor ToCu(const StridedView& v);
 
 }  // namespace cuda
 }  // namespace cctune

@@ -22,6 +22,19 @@ inline unsigned GridFor(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks);
 }
 
+// Row-wise kernels (one block per row, grid-stride over rows): threads per block for rows of
+// length d, and the grid for `rows` rows.
+inline int RowThreads(int64_t d) {
+  if (d >= 4096) return 1024;
+  if (d >= 1024) return 512;
+  if (d >= 256) return 256;
+  return 128;
+}
+
+inline unsigned RowGrid(int64_t rows) {
+  return static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
+}
+
 // ---- Scalar conversions (same bit patterns as core/dtype.h) ----
 
 __device__ __forceinline__ float Bf16BitsToFloat(uint16_t b) {

@@ -119,18 +119,7 @@ absl::Status CheckInt(int64_t v, const char* what) {
   return absl::OkStatus();
 }
 
-CuTensor Cu(const Tensor& t) {
-  const StridedView v = t.strided_view();
-  CuTensor c;
-  c.data = v.data;
-  c.dtype = static_cast<int>(v.dtype);
-  c.ndim = v.ndim;
-  for (int i = 0; i < v.ndim; ++i) {
-    c.shape[i] = v.shape[i];
-    c.strides[i] = v.strides[i];
-  }
-  return c;
-}
+CuTensor Cu(const Tensor& t) { return ToCu(t.strided_view()); }
 
 // out = a @ b (+ bias), or out += a @ b when `accumulate` (then bias is null, out f32).
 absl::Status GemmImpl(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias,

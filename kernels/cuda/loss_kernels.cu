@@ -8,17 +8,6 @@ namespace cctune {
 namespace cuda {
 namespace {
 
-int RowThreads(int64_t d) {
-  if (d >= 4096) return 1024;
-  if (d >= 1024) return 512;
-  if (d >= 256) return 256;
-  return 128;
-}
-
-unsigned RowGrid(int64_t rows) {
-  return static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
-}
-
 // Max and sum of exp(x - max) over row `xo` of logits (v elements at stride xs).
 __device__ __forceinline__ void RowStats(const CuTensor& logits, int64_t xo, int64_t xs, int64_t v,
                                          float* scratch, float* mx_out, float* sum_out) {

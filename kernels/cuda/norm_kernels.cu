@@ -51,17 +51,6 @@ __global__ void SoftmaxKernel(CuTensor out, CuTensor x, int64_t rows, int64_t d)
   }
 }
 
-int RowThreads(int64_t d) {
-  if (d >= 4096) return 1024;
-  if (d >= 1024) return 512;
-  if (d >= 256) return 256;
-  return 128;
-}
-
-unsigned RowGrid(int64_t rows) {
-  return static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
-}
-
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const CuTensor& out, const CuTensor& x, const CuTensor& weight, float eps,
