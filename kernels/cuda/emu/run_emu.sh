@@ -99,7 +99,7 @@ fi
 stamp="$out/obj/headers.stamp"
 newest_header="$(ls -t "$repo"/core/*.h "$repo"/kernels/*.h "$repo"/kernels/cpu/*.h \
                        "$repo"/kernels/cuda/*.h "$repo"/kernels/cuda/*.cuh \
-                       "$emu_dir"/include/*.h "${extra_headers[@]}" | head -1)"
+                       "$emu_dir"/include/*.h "${extra_headers[@]}" | head -1 || true)"  # head closing the pipe early is not an error
 if [[ ! -f "$stamp" || "$newest_header" -nt "$stamp" ]]; then rm -f "$out"/obj/*.o; fi
 touch "$stamp"
 obj_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
