@@ -12,7 +12,9 @@
 // multiplies activations: all but the embedding table, which is a lookup; norms are counted
 // too, they are negligible) plus the attention's 12 · layers · s · d (QKᵀ and PV, forward
 // 2 · 2 · s · d and backward twice that, the causal mask counted in full as llm.c does).
-// The last line is machine-readable: "RESULT tokens_per_s=... gflops=... step_ms=...".
+// Then each timed step's loss in full ("losses: ..."), to tell whether a change altered the
+// training's bits. The last line is machine-readable: "RESULT tokens_per_s=... gflops=...
+// step_ms=...".
 #include <omp.h>
 
 #include <chrono>
@@ -95,14 +97,19 @@ int Main(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) ValueOrDie(TrainStep(*trainer, *opt, {mb}, 1.0));
   const auto t0 = std::chrono::steady_clock::now();
   double loss = 0;
+  std::vector<double> losses;  // printed after the timing, in full (to compare runs bitwise)
   for (int i = 0; i < steps; ++i) {
     const TrainStepResult r = ValueOrDie(TrainStep(*trainer, *opt, {mb}, 1.0));
     loss = r.loss;
+    losses.push_back(r.loss);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double tokens_per_s = static_cast<double>(b * s) * steps / secs;
   std::printf("last loss %.4f, %.1f ms/step\n", loss, 1e3 * secs / steps);
+  std::printf("losses:");
+  for (double l : losses) std::printf(" %.17g", l);
+  std::printf("\n");
   std::printf("RESULT tokens_per_s=%.1f gflops=%.1f step_ms=%.1f\n", tokens_per_s,
               tokens_per_s * flops_per_token / 1e9, 1e3 * secs / steps);
   return 0;

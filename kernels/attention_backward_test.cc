@@ -192,6 +192,107 @@ TEST(AttentionWithLseTest, LseMatchesReferenceAndOutMatchesAttention) {
   omp_set_num_threads(saved_threads);
 }
 
+// Exact fp64 gradients of sum(dy · attention(q, k, v)) (row-major values): P from the scores,
+// dP = dy·v, D = sum_j P·dP, dS = P·(dP - D); dq = scale·dS·k, dk = scale·dSᵀ·q, dv = Pᵀ·dy.
+void AttentionGradsF64(const Dims& d, const std::vector<double>& q, const std::vector<double>& k,
+                       const std::vector<double>& v, const std::vector<double>* mask, bool causal,
+                       double scale, const std::vector<double>& dy, std::vector<double>* gq,
+                       std::vector<double>* gk, std::vector<double>* gv) {
+  const int64_t g = d.n_h / d.n_kv;
+  gq->assign(q.size(), 0.0);
+  gk->assign(k.size(), 0.0);
+  gv->assign(v.size(), 0.0);
+  std::vector<double> p(d.s_kv), dp(d.s_kv);
+  for (int64_t bi = 0; bi < d.b; ++bi) {
+    for (int64_t h = 0; h < d.n_h; ++h) {
+      const int64_t kvh = h / g;
+      for (int64_t i = 0; i < d.s_q; ++i) {
+        const int64_t row = (bi * d.n_h + h) * d.s_q + i;
+        const double* qr = &q[row * d.hd];
+        const double* gr = &dy[row * d.hd];
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < d.s_kv; ++j) {
+          const bool allowed = (!causal || j <= d.s_kv - d.s_q + i) &&
+                               (mask == nullptr || (*mask)[(bi * d.s_q + i) * d.s_kv + j] != 0);
+          p[j] = -INFINITY;
+          if (!allowed) continue;
+          const double* kr = &k[((bi * d.n_kv + kvh) * d.s_kv + j) * d.hd];
+          double dot = 0;
+          for (int64_t e = 0; e < d.hd; ++e) dot += qr[e] * kr[e];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        if (mx == -INFINITY) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < d.s_kv; ++j) sum += std::exp(p[j] - mx);
+        double dsum = 0;
+        for (int64_t j = 0; j < d.s_kv; ++j) {
+          p[j] = std::exp(p[j] - mx) / sum;
+          const double* vr = &v[((bi * d.n_kv + kvh) * d.s_kv + j) * d.hd];
+          double dot = 0;
+          for (int64_t e = 0; e < d.hd; ++e) dot += gr[e] * vr[e];
+          dp[j] = dot;
+          dsum += p[j] * dot;
+        }
+        for (int64_t j = 0; j < d.s_kv; ++j) {
+          if (p[j] == 0) continue;
+          const double ds = p[j] * (dp[j] - dsum) * scale;
+          const int64_t kv_off = ((bi * d.n_kv + kvh) * d.s_kv + j) * d.hd;
+          for (int64_t e = 0; e < d.hd; ++e) {
+            (*gq)[row * d.hd + e] += ds * k[kv_off + e];
+            (*gk)[kv_off + e] += ds * qr[e];
+            (*gv)[kv_off + e] += p[j] * gr[e];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Longer sequences than the finite-difference test affords, against exact fp64 gradients:
+// several query tiles and key blocks, causal with s_q < s_kv (tiles that start mid-block), a
+// head_dim that is not a whole number of vectors, and one problem large enough that the dq
+// pass recomputes dS instead of reading what the dk/dv pass stored.
+TEST(AttentionBackwardTest, LongSequencesMatchExactGradients) {
+  Generator gen(604);
+  const std::vector<Dims> dims = {
+      {2, 4, 2, 100, 100, 16},
+      {1, 6, 2, 70, 133, 20},
+      {1, 4, 2, 2050, 2050, 16},  // b·n_h·s_q·s_kv > 2^24: dS recomputed
+  };
+  for (const Dims& d : dims) {
+    const Tensor q = Randn({d.b, d.n_h, d.s_q, d.hd}, DType::kF32, gen);
+    const Tensor k = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kF32, gen);
+    const Tensor v = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kF32, gen);
+    const Tensor dy = Randn(q.shape(), DType::kF32, gen);
+    const Tensor mask = RandomMask(d.b, d.s_q, d.s_kv, gen);
+    const auto vq = Values(q), vk = Values(k), vv = Values(v), vdy = Values(dy);
+    const auto vmask = Values(mask);
+    const bool big = d.s_q > 1000;
+    for (int variant = big ? 1 : 0; variant < (big ? 2 : 3); ++variant) {
+      ops::AttentionOptions opt;
+      opt.causal = variant != 0;
+      if (variant == 2) opt.mask = &mask;
+      const std::string name = DimsName(d) + (variant == 0   ? " plain"
+                                              : variant == 1 ? " causal"
+                                                             : " causal+mask");
+      std::vector<double> gq, gk, gv;
+      AttentionGradsF64(d, vq, vk, vv, opt.mask != nullptr ? &vmask : nullptr, opt.causal,
+                        1.0 / std::sqrt(double(d.hd)), vdy, &gq, &gk, &gv);
+      Tensor out = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+      Tensor lse = ValueOrDie(Tensor::Empty({d.b, d.n_h, d.s_q}, DType::kF32));
+      ASSERT_TRUE(ops::AttentionWithLse(out, lse, q, k, v, opt).ok()) << name;
+      Tensor dq = ValueOrDie(Tensor::Zeros(q.shape(), DType::kF32));
+      Tensor dk = ValueOrDie(Tensor::Zeros(k.shape(), DType::kF32));
+      Tensor dv = ValueOrDie(Tensor::Zeros(v.shape(), DType::kF32));
+      ASSERT_TRUE(ops::AttentionBackward(dq, dk, dv, dy, q, k, v, &out, &lse, opt).ok()) << name;
+      ExpectGradClose(Values(dq), gq, 2e-5, "dq " + name);
+      ExpectGradClose(Values(dk), gk, 2e-5, "dk " + name);
+      ExpectGradClose(Values(dv), gv, 2e-5, "dv " + name);
+    }
+  }
+}
+
 TEST(AttentionBackwardDeterminismTest, SameBitsForAnyThreadCount) {
   Generator gen(603);
   const Dims d{2, 8, 2, 40, 100, 16};

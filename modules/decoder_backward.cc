@@ -33,6 +33,15 @@ struct DecoderTrainer::LayerActs {
   Tensor act;   // [b, s, f] silu(gate)·up
 };
 
+// Buffers that every call overwrites before reading, kept from one call to the next: a step
+// allocates over a hundred MiB of activations, and fresh allocations that size are returned
+// to the system on free and page-faulted back in (zeroed by the kernel) on every step.
+struct DecoderTrainer::Workspace {
+  std::vector<LayerActs> acts;  // grows to the most layers a call kept; never shrinks
+  std::vector<Tensor> hs;
+  Tensor xnf, logits_buf, scratch_out;
+};
+
 struct DecoderTrainer::Batch {
   int64_t b = 0, s = 0;
   Tensor tokens;     // [b, s]
@@ -54,6 +63,16 @@ namespace {
 
 absl::StatusOr<Tensor> F32(const Shape& shape, const Device& device) {
   return Tensor::Empty(shape, DType::kF32, device);
+}
+// Makes t an f32 tensor of `shape` on `device`, keeping its buffer when it already is one
+// (its contents are then stale: only for buffers the caller overwrites).
+absl::Status EnsureF32(Tensor& t, const Shape& shape, const Device& device) {
+  if (t.defined() && t.dtype() == DType::kF32 && t.shape() == shape && t.device() == device &&
+      t.is_contiguous()) {
+    return absl::OkStatus();
+  }
+  CCTUNE_ASSIGN_OR_RETURN(t, Tensor::Empty(shape, DType::kF32, device));
+  return absl::OkStatus();
 }
 absl::StatusOr<Tensor> F32Zeros(const Shape& shape, const Device& device) {
   return Tensor::Zeros(shape, DType::kF32, device);
@@ -90,6 +109,8 @@ absl::StatusOr<int64_t> CountValidLabels(const Tensor& labels) {
 
 DecoderTrainer::DecoderTrainer(TransformerDecoder* model, DecoderTrainerOptions options)
     : model_(model), options_(options) {}
+
+DecoderTrainer::~DecoderTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
     TransformerDecoder* model, const ParameterArena* grads, DecoderTrainerOptions options) {
@@ -324,12 +345,7 @@ absl::Status DecoderTrainer::LayerForward(size_t l, LayerActs& a, const Tensor& 
   const int64_t n_h = attn.num_heads(), n_kv = attn.num_kv_heads(), h_d = attn.head_dim();
   const int64_t f = mlp.hidden_dim();
   const Device& dev = bt.device;
-  auto ensure = [&](Tensor& t, const Shape& shape) -> absl::Status {
-    if (!t.defined() || t.shape() != shape) {
-      CCTUNE_ASSIGN_OR_RETURN(t, F32(shape, dev));
-    }
-    return absl::OkStatus();
-  };
+  auto ensure = [&](Tensor& t, const Shape& shape) { return EnsureF32(t, shape, dev); };
   CCTUNE_RETURN_IF_ERROR(ensure(a.xn1, {b, s, d}));
   CCTUNE_RETURN_IF_ERROR(ensure(a.q, {b, s, n_h * h_d}));
   CCTUNE_RETURN_IF_ERROR(ensure(a.k, {b, s, n_kv * h_d}));
@@ -449,18 +465,23 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   dropout_offsets_.clear();
   if (backward) AssignDropoutOffsets(b * s);
 
-  // hs[l] is the input of layer l; hs[num_layers] the last layer's output.
-  std::vector<Tensor> hs(num_layers + 1);
+  // hs[l] is the input of layer l; hs[num_layers] the last layer's output. These and the
+  // activations reuse the last call's buffers (all are written before they are read).
+  if (ws_ == nullptr) ws_ = std::make_unique<Workspace>();
+  std::vector<Tensor>& hs = ws_->hs;
+  hs.resize(num_layers + 1);
   for (Tensor& h : hs) {
-    CCTUNE_ASSIGN_OR_RETURN(h, F32({b, s, d}, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(h, {b, s, d}, dev));
   }
   CCTUNE_RETURN_IF_ERROR(ops::Embedding(hs[0], model_->tok_embeddings().weight(), bt.tokens));
-  std::vector<LayerActs> acts(keep_all ? num_layers : 1);
+  std::vector<LayerActs>& acts = ws_->acts;
+  if (acts.size() < (keep_all ? num_layers : 1)) acts.resize(keep_all ? num_layers : 1);
   for (size_t l = 0; l < num_layers; ++l) {
     CCTUNE_RETURN_IF_ERROR(LayerForward(l, acts[keep_all ? l : 0], hs[l], hs[l + 1], bt));
   }
   const RMSNorm& norm = model_->norm();
-  CCTUNE_ASSIGN_OR_RETURN(Tensor xnf, F32({n, d}, dev));
+  Tensor& xnf = ws_->xnf;
+  CCTUNE_RETURN_IF_ERROR(EnsureF32(xnf, {n, d}, dev));
   CCTUNE_ASSIGN_OR_RETURN(Tensor h_last, hs[num_layers].View({n, d}));
   CCTUNE_RETURN_IF_ERROR(ops::RmsNorm(xnf, h_last, norm.scale(), norm.eps()));
 
@@ -476,7 +497,8 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   int64_t chunk = options_.logits_chunk_rows;
   if (chunk <= 0) chunk = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(v, 1));
   chunk = std::min(chunk, n);
-  CCTUNE_ASSIGN_OR_RETURN(Tensor logits_buf, F32({chunk, v}, dev));
+  Tensor& logits_buf = ws_->logits_buf;
+  CCTUNE_RETURN_IF_ERROR(EnsureF32(logits_buf, {chunk, v}, dev));
   Tensor dxnf, g_out_w, g_out_b;
   if (do_backward) {
     CCTUNE_ASSIGN_OR_RETURN(dxnf, F32Zeros({n, d}, dev));
@@ -525,7 +547,8 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
     CCTUNE_RETURN_IF_ERROR(
         ops::RmsNormBackward(dh_rows, OrNull(g_norm), dxnf, h_last, norm.scale(), norm.eps()));
   }
-  CCTUNE_ASSIGN_OR_RETURN(Tensor scratch_out, F32({b, s, d}, dev));
+  Tensor& scratch_out = ws_->scratch_out;
+  CCTUNE_RETURN_IF_ERROR(EnsureF32(scratch_out, {b, s, d}, dev));
   for (size_t l = num_layers; l-- > 0;) {
     LayerActs* a = &acts[0];
     if (keep_all) {

@@ -113,6 +113,8 @@ class DecoderTrainer {
   absl::StatusOr<LossSum> Loss(const Tensor& tokens, const Tensor& labels,
                                const Tensor* mask = nullptr, const Tensor* input_pos = nullptr);
 
+  ~DecoderTrainer();
+
  private:
   struct LayerActs;
   struct Batch;
@@ -160,6 +162,10 @@ class DecoderTrainer {
   Generator* generator_ = &own_generator_;
   uint64_t dropout_seed_ = 0;
   absl::flat_hash_map<const LoRALinear*, uint64_t> dropout_offsets_;
+  // The activation buffers of the last call, reused by the next one of the same shape (fresh
+  // allocations of this size cost page faults on every step).
+  struct Workspace;
+  std::unique_ptr<Workspace> ws_;
 };
 
 }  // namespace cctune

@@ -145,7 +145,8 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
         }
       }
       float bm = kNegInf;
-      for (int64_t j = 0; j < nk; ++j) bm = std::fmax(bm, sr[j]);
+      // The comparison skips NaN as std::fmax does, inline (fmax is a library call).
+      for (int64_t j = 0; j < nk; ++j) bm = sr[j] > bm ? sr[j] : bm;
       sc.active[r] = bm != kNegInf;
       if (!sc.active[r]) continue;  // nothing allowed for this row in this block
       any = true;

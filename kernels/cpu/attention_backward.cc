@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/cpu_util.h"
@@ -10,9 +11,12 @@ namespace cctune {
 namespace cpu {
 namespace {
 
-constexpr int64_t kTileRows = 32;  // query positions per dq unit
+constexpr int64_t kTileRows = 32;  // query rows per tile (a dq unit; the dk/dv pass steps)
 constexpr int64_t kMaxKeyBlock = 64;
 constexpr int64_t kMinKeyBlock = 16;
+// The dk/dv pass keeps every dS_ij for the dq pass when they fit in this many floats (64 MiB),
+// which saves the dq pass recomputing the scores; longer sequences recompute them.
+constexpr int64_t kMaxStoredScores = int64_t{1} << 24;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // A 4-d tensor as f32 rows with a unit last-dim stride: its own memory when it already is,
@@ -132,60 +136,186 @@ float RowD(const Problem& pr, int64_t bi, int64_t h, int64_t i, const float* qs,
   return d;
 }
 
-// One block of up to kMaxKeyBlock keys of a kv head, transposed ([h_d][kMaxKeyBlock]) so that
-// a row's scores against all of them are plain vertical multiply-adds (no horizontal sums),
-// and the per-row results P and dS = P·(dP - D) over the block.
-struct BlockScratch {
-  FloatBuffer kt, vt, s, dp;
-  float* p;   // P_ij (0 where masked)
-  float* ds;  // dS_ij (0 where masked)
-  explicit BlockScratch(int64_t hd)
-      : kt(hd * kMaxKeyBlock), vt(hd * kMaxKeyBlock), s(kMaxKeyBlock), dp(kMaxKeyBlock) {
-    p = s.data();
-    ds = dp.data();
+// 16 floats as one value (GCC/Clang vector extension): the tile kernels below keep their
+// accumulators in such registers (one AVX-512 register, two AVX ones), which plain loops over
+// arrays do not guarantee. Loads and stores go through memcpy (no alignment assumed).
+typedef float V16 __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+static_assert(kMaxKeyBlock % kLanes == 0, "key blocks are whole vectors");
+
+inline V16 LoadV(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// acc[r][0, 16·NC) += sum_{j < nj} w(r, j) · x[j][0, 16·NC) for r < NR, with w(r, j) =
+// w[r·wr + j·wj]: rows x_j weighted and summed into NR accumulator rows (ld: their strides).
+// Each sum runs over j in order, one multiply-add at a time.
+template <int NR, int NC>
+void WeightedRowSum(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
+                    int64_t ldx, float* acc, int64_t ldacc) {
+  V16 a[NR][NC];
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) a[r][c] = LoadV(acc + r * ldacc + c * kLanes);
   }
-  void Load(const Problem& pr, int64_t bi, int64_t kvh, int64_t j0, int64_t nk) {
+  for (int64_t j = 0; j < nj; ++j) {
+    V16 xv[NC];
+    for (int c = 0; c < NC; ++c) xv[c] = LoadV(x + j * ldx + c * kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const float wv = w[r * wr + j * wj];
+      for (int c = 0; c < NC; ++c) a[r][c] += wv * xv[c];
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) StoreV(acc + r * ldacc + c * kLanes, a[r][c]);
+  }
+}
+
+// WeightedRowSum over `rows` accumulator rows and `chunks` vectors per row (any counts).
+template <int NR>
+void WeightedRowSumCols(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
+                        int64_t ldx, float* acc, int64_t ldacc, int64_t chunks) {
+  int64_t c = 0;
+  for (; c + 4 <= chunks; c += 4) {
+    WeightedRowSum<NR, 4>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
+  }
+  for (; c + 2 <= chunks; c += 2) {
+    WeightedRowSum<NR, 2>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
+  }
+  for (; c < chunks; ++c) {
+    WeightedRowSum<NR, 1>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
+  }
+}
+void WeightedRowSums(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
+                     int64_t ldx, float* acc, int64_t ldacc, int64_t rows, int64_t chunks) {
+  if (nj <= 0) return;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    WeightedRowSumCols<4>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, chunks);
+  }
+  for (; r < rows; ++r) {
+    WeightedRowSumCols<1>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, chunks);
+  }
+}
+
+// One block of up to kMaxKeyBlock keys of a kv head and one tile of up to kTileRows query
+// rows of a head: the block's keys and values transposed ([h_d][kMaxKeyBlock], zero past the
+// block's keys) so that a row's scores are vertical multiply-adds, its keys as rows padded to
+// hdp = h_d rounded up to whole vectors, the tile's scaled q and dy rows (padded the same
+// way), and the tile's P and dS = P·(dP - D) ([rows][kMaxKeyBlock], 0 where masked or past
+// the row's last visible key).
+struct TileScratch {
+  int64_t hd, hdp;
+  FloatBuffer kt, vt, kr, qs, g, p, ds;
+  explicit TileScratch(int64_t head_dim)
+      : hd(head_dim),
+        hdp((head_dim + kLanes - 1) / kLanes * kLanes),
+        kt(head_dim * kMaxKeyBlock),
+        vt(head_dim * kMaxKeyBlock),
+        kr(kMaxKeyBlock * hdp),
+        qs(kTileRows * hdp),
+        g(kTileRows * hdp),
+        p(kTileRows * kMaxKeyBlock),
+        ds(kTileRows * kMaxKeyBlock) {
+    std::fill(qs.data(), qs.data() + kTileRows * hdp, 0.f);
+    std::fill(g.data(), g.data() + kTileRows * hdp, 0.f);
+    std::fill(kr.data(), kr.data() + kMaxKeyBlock * hdp, 0.f);
+  }
+  // Keys [j0, j0 + nk) of (bi, kvh).
+  void LoadKeys(const Problem& pr, int64_t bi, int64_t kvh, int64_t j0, int64_t nk) {
     float* kp = kt.data();
     float* vp = vt.data();
+    std::fill(kp, kp + hd * kMaxKeyBlock, 0.f);
+    std::fill(vp, vp + hd * kMaxKeyBlock, 0.f);
     for (int64_t j = 0; j < nk; ++j) {
-      const float* kr = pr.k.Row(bi, kvh, j0 + j);
-      const float* vr = pr.v.Row(bi, kvh, j0 + j);
-      for (int64_t e = 0; e < pr.hd; ++e) {
-        kp[e * kMaxKeyBlock + j] = kr[e];
-        vp[e * kMaxKeyBlock + j] = vr[e];
+      const float* krow = pr.k.Row(bi, kvh, j0 + j);
+      const float* vrow = pr.v.Row(bi, kvh, j0 + j);
+      for (int64_t e = 0; e < hd; ++e) {
+        kp[e * kMaxKeyBlock + j] = krow[e];
+        vp[e * kMaxKeyBlock + j] = vrow[e];
       }
+      std::copy(krow, krow + hd, kr.data() + j * hdp);
     }
   }
-  // Row i (scaled q row qs, dy row g, its lse and D) against the first nk keys of the block,
-  // which starts at key j0. Leaves P in p and dS in ds.
-  void Grads(const Problem& pr, int64_t bi, int64_t i, int64_t j0, int64_t nk, const float* qs,
-             const float* g, float lse, float d) {
-    float* sc = s.data();
-    float* dpv = dp.data();
-    std::fill(sc, sc + nk, 0.f);
-    std::fill(dpv, dpv + nk, 0.f);
-    for (int64_t e = 0; e < pr.hd; ++e) {
-      const float a = qs[e], b = g[e];
-      const float* kr = kt.data() + e * kMaxKeyBlock;
-      const float* vr = vt.data() + e * kMaxKeyBlock;
-#pragma omp simd
-      for (int64_t j = 0; j < nk; ++j) {
-        sc[j] += a * kr[j];
-        dpv[j] += b * vr[j];
-      }
-    }
-    const uint8_t* mrow = pr.MaskRow(bi, i);
-    if (mrow != nullptr) {
-      for (int64_t j = 0; j < nk; ++j) {
-        if (!mrow[(j0 + j) * pr.ms2]) sc[j] = kNegInf;
-      }
-    }
-    // p overwrites s and ds overwrites dp, element by element.
-#pragma omp simd
+  // Keys [j0, j0 + nk) of (bi, kvh) as padded rows only (kr).
+  void LoadKeyRows(const Problem& pr, int64_t bi, int64_t kvh, int64_t j0, int64_t nk) {
     for (int64_t j = 0; j < nk; ++j) {
-      const float pj = FastExp(sc[j] - lse);
-      p[j] = pj;
-      ds[j] = pj * (dpv[j] - d);
+      const float* krow = pr.k.Row(bi, kvh, j0 + j);
+      std::copy(krow, krow + hd, kr.data() + j * hdp);
+    }
+  }
+  // Query rows [i0, i0 + rows) of (bi, h): q scaled, and dy.
+  void LoadRows(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* qr = pr.q.Row(bi, h, i0 + t);
+      const float* gr = pr.dy.Row(bi, h, i0 + t);
+      float* qd = qs.data() + t * hdp;
+      for (int64_t e = 0; e < hd; ++e) qd[e] = pr.scale * qr[e];
+      std::copy(gr, gr + hd, g.data() + t * hdp);
+    }
+  }
+  // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
+  void Grads(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+             int64_t nk, const float* row_lse, const float* row_d) {
+    constexpr int kC = kMaxKeyBlock / kLanes;
+    for (int64_t t = 0; t < rows; t += 2) {
+      // Two rows at a time (the second repeats the first when rows is odd): their scores
+      // and dy·v against every key of the block, in registers.
+      const int64_t t1 = std::min(t + 1, rows - 1);
+      const float* q0 = qs.data() + t * hdp;
+      const float* q1 = qs.data() + t1 * hdp;
+      const float* g0 = g.data() + t * hdp;
+      const float* g1 = g.data() + t1 * hdp;
+      V16 s0[kC] = {}, s1[kC] = {}, d0[kC] = {}, d1[kC] = {};
+      for (int64_t e = 0; e < hd; ++e) {
+        const float* ke = kt.data() + e * kMaxKeyBlock;
+        const float* ve = vt.data() + e * kMaxKeyBlock;
+        const float a0 = q0[e], a1 = q1[e], b0 = g0[e], b1 = g1[e];
+        for (int c = 0; c < kC; ++c) {
+          const V16 kv = LoadV(ke + c * kLanes);
+          const V16 vv = LoadV(ve + c * kLanes);
+          s0[c] += a0 * kv;
+          s1[c] += a1 * kv;
+          d0[c] += b0 * vv;
+          d1[c] += b1 * vv;
+        }
+      }
+      for (int c = 0; c < kC; ++c) {
+        StoreV(p.data() + t * kMaxKeyBlock + c * kLanes, s0[c]);
+        StoreV(ds.data() + t * kMaxKeyBlock + c * kLanes, d0[c]);
+        if (t1 != t) {
+          StoreV(p.data() + t1 * kMaxKeyBlock + c * kLanes, s1[c]);
+          StoreV(ds.data() + t1 * kMaxKeyBlock + c * kLanes, d1[c]);
+        }
+      }
+    }
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t i = i0 + t, row = (bi * pr.n_h + h) * pr.s_q + i;
+      float* pt = p.data() + t * kMaxKeyBlock;   // holds the scores until overwritten by P
+      float* dst = ds.data() + t * kMaxKeyBlock;  // holds dy·v until overwritten by dS
+      const float l = row_lse[row], d = row_d[row];
+      const int64_t nki = l == kNegInf ? 0 : std::min(j0 + nk, pr.KeyEnd(i)) - j0;
+      if (nki <= 0) {
+        std::fill(pt, pt + kMaxKeyBlock, 0.f);
+        std::fill(dst, dst + kMaxKeyBlock, 0.f);
+        continue;
+      }
+      const uint8_t* mrow = pr.MaskRow(bi, i);
+      if (mrow != nullptr) {
+        for (int64_t j = 0; j < nki; ++j) {
+          if (!mrow[(j0 + j) * pr.ms2]) pt[j] = kNegInf;
+        }
+      }
+#pragma omp simd
+      for (int64_t j = 0; j < kMaxKeyBlock; ++j) {
+        const float pj = FastExp(pt[j] - l);
+        pt[j] = pj;
+        dst[j] = pj * (dst[j] - d);
+      }
+      std::fill(pt + nki, pt + kMaxKeyBlock, 0.f);
+      std::fill(dst + nki, dst + kMaxKeyBlock, 0.f);
     }
   }
 };
@@ -257,49 +387,12 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
     }
   }
 
-  // ---- dq: units of (batch, head, tile of query positions). ----
-  {
-    GradRows gq(dq);
-    const int64_t tiles = (pr.s_q + kTileRows - 1) / kTileRows;
-    const int64_t units = pr.b * pr.n_h * tiles;
-#pragma omp parallel if (units > 1 && nrows * pr.s_kv * hd >= (1 << 14))
-    {
-      BlockScratch bs(hd);
-      FloatBuffer rows_buf(2 * kTileRows * hd);
-      float* qs = rows_buf.data();       // [tile, hd] scaled q rows
-      float* acc = qs + kTileRows * hd;  // [tile, hd] sum_j dS_ij k_j
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t tt = u % tiles, h = (u / tiles) % pr.n_h, bi = u / (tiles * pr.n_h);
-        const int64_t kvh = h / pr.g;
-        const int64_t i0 = tt * kTileRows, i1 = std::min(pr.s_q, i0 + kTileRows);
-        const int64_t rows = i1 - i0;
-        for (int64_t t = 0; t < rows; ++t) {
-          const float* qr = pr.q.Row(bi, h, i0 + t);
-          for (int64_t e = 0; e < hd; ++e) qs[t * hd + e] = scale * qr[e];
-        }
-        std::fill(acc, acc + rows * hd, 0.f);
-        const int64_t j_stop = pr.KeyEnd(i1 - 1);
-        for (int64_t jb = 0; jb < j_stop; jb += kMaxKeyBlock) {
-          const int64_t jbe = std::min(j_stop, jb + kMaxKeyBlock);
-          bs.Load(pr, bi, kvh, jb, jbe - jb);
-          for (int64_t t = 0; t < rows; ++t) {
-            const int64_t i = i0 + t, row = (bi * pr.n_h + h) * pr.s_q + i;
-            const float l = row_lse[row];
-            if (l == kNegInf) continue;
-            const int64_t nk = std::min(jbe, pr.KeyEnd(i)) - jb;
-            if (nk <= 0) continue;
-            bs.Grads(pr, bi, i, jb, nk, qs + t * hd, pr.dy.Row(bi, h, i), l, row_d[row]);
-            float* ar = acc + t * hd;
-            for (int64_t j = 0; j < nk; ++j) {
-              if (bs.ds[j] != 0.f) Axpy(bs.ds[j], pr.k.Row(bi, kvh, jb + j), ar, hd);
-            }
-          }
-        }
-        for (int64_t t = 0; t < rows; ++t) Axpy(scale, acc + t * hd, gq.Row(bi, h, i0 + t), hd);
-      }
-    }
-    gq.Finish();
+  // dS of every (row, key) the dq pass reads, when small enough to keep (see above).
+  FloatBuffer ds_buf;
+  float* ds_all = nullptr;
+  if (nrows * pr.s_kv <= kMaxStoredScores) {
+    ds_buf.Resize(nrows * pr.s_kv);
+    ds_all = ds_buf.data();
   }
 
   // ---- dk, dv: units of (batch, kv head, block of keys) over all rows of the group. ----
@@ -314,47 +407,92 @@ absl::Status AttentionBackward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor&
     const int64_t units = pr.b * pr.n_kv * blocks;
 #pragma omp parallel if (units > 1 && nrows * pr.s_kv * hd >= (1 << 14))
     {
-      BlockScratch bs(hd);
-      FloatBuffer acc_buf(2 * kb * hd + hd);
-      float* dk_acc = acc_buf.data();  // [kb, hd]
-      float* dv_acc = dk_acc + kb * hd;
-      float* qs = dv_acc + kb * hd;
+      TileScratch ts(hd);
+      const int64_t hdp = ts.hdp;
+      FloatBuffer acc_buf(2 * kb * hdp);
+      float* dk_acc = acc_buf.data();  // [kb, hdp]
+      float* dv_acc = dk_acc + kb * hdp;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t u = 0; u < units; ++u) {
         const int64_t blk = u % blocks, kvh = (u / blocks) % pr.n_kv, bi = u / (blocks * pr.n_kv);
         const int64_t j0 = blk * kb, j1 = std::min(pr.s_kv, j0 + kb), nb = j1 - j0;
-        std::fill(dk_acc, dk_acc + nb * hd, 0.f);
-        std::fill(dv_acc, dv_acc + nb * hd, 0.f);
-        bs.Load(pr, bi, kvh, j0, nb);
-        // Causal: query i sees key j0 only when shift + i >= j0.
-        const int64_t i_first = pr.causal ? std::max<int64_t>(0, j0 - pr.shift) : 0;
+        std::fill(dk_acc, dk_acc + nb * hdp, 0.f);
+        std::fill(dv_acc, dv_acc + nb * hdp, 0.f);
+        ts.LoadKeys(pr, bi, kvh, j0, nb);
+        // Causal: query i sees key j0 only when shift + i >= j0. Tiles start at multiples of
+        // kTileRows, so that the stored dS covers every row and key the dq pass reads (rows
+        // that see none of the block store zeros).
+        const int64_t i_first =
+            pr.causal ? std::max<int64_t>(0, j0 - pr.shift) / kTileRows * kTileRows : 0;
         for (int64_t hg = 0; hg < pr.g; ++hg) {
           const int64_t h = kvh * pr.g + hg;
-          for (int64_t i = i_first; i < pr.s_q; ++i) {
-            const int64_t row = (bi * pr.n_h + h) * pr.s_q + i;
-            const float l = row_lse[row];
-            if (l == kNegInf) continue;
-            const int64_t nk = std::min(j1, pr.KeyEnd(i)) - j0;
-            if (nk <= 0) continue;
-            const float* qr = pr.q.Row(bi, h, i);
-            for (int64_t e = 0; e < hd; ++e) qs[e] = scale * qr[e];
-            const float* g = pr.dy.Row(bi, h, i);
-            bs.Grads(pr, bi, i, j0, nk, qs, g, l, row_d[row]);
-            for (int64_t j = 0; j < nk; ++j) {
-              if (bs.p[j] == 0.f) continue;  // masked (or underflowed): nothing to add
-              Axpy(bs.p[j], g, dv_acc + j * hd, hd);
-              Axpy(bs.ds[j], qs, dk_acc + j * hd, hd);
+          for (int64_t i0 = i_first; i0 < pr.s_q; i0 += kTileRows) {
+            const int64_t rows = std::min(pr.s_q - i0, kTileRows);
+            ts.LoadRows(pr, bi, h, i0, rows);
+            ts.Grads(pr, bi, h, i0, rows, j0, nb, row_lse, row_d);
+            if (ds_all != nullptr) {
+              for (int64_t t = 0; t < rows; ++t) {
+                const float* src = ts.ds.data() + t * kMaxKeyBlock;
+                std::copy(src, src + nb,
+                          ds_all + ((bi * pr.n_h + h) * pr.s_q + i0 + t) * pr.s_kv + j0);
+              }
             }
+            // dv_j += sum_t P_tj dy_t, dk_j += sum_t dS_tj qs_t (rows t in order).
+            WeightedRowSums(ts.p.data(), 1, kMaxKeyBlock, rows, ts.g.data(), hdp, dv_acc, hdp,
+                            nb, hdp / kLanes);
+            WeightedRowSums(ts.ds.data(), 1, kMaxKeyBlock, rows, ts.qs.data(), hdp, dk_acc,
+                            hdp, nb, hdp / kLanes);
           }
         }
         for (int64_t j = 0; j < nb; ++j) {
-          Axpy(1.f, dk_acc + j * hd, gk.Row(bi, kvh, j0 + j), hd);
-          Axpy(1.f, dv_acc + j * hd, gv.Row(bi, kvh, j0 + j), hd);
+          Axpy(1.f, dk_acc + j * hdp, gk.Row(bi, kvh, j0 + j), hd);
+          Axpy(1.f, dv_acc + j * hdp, gv.Row(bi, kvh, j0 + j), hd);
         }
       }
     }
     gk.Finish();
     gv.Finish();
+  }
+
+  // ---- dq: units of (batch, head, tile of query positions), after dk/dv. ----
+  {
+    GradRows gq(dq);
+    const int64_t tiles = (pr.s_q + kTileRows - 1) / kTileRows;
+    const int64_t units = pr.b * pr.n_h * tiles;
+#pragma omp parallel if (units > 1 && nrows * pr.s_kv * hd >= (1 << 14))
+    {
+      TileScratch ts(hd);
+      const int64_t hdp = ts.hdp;
+      FloatBuffer acc_buf(kTileRows * hdp);
+      float* acc = acc_buf.data();  // [tile, hdp] sum_j dS_ij k_j
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t tt = u % tiles, h = (u / tiles) % pr.n_h, bi = u / (tiles * pr.n_h);
+        const int64_t kvh = h / pr.g;
+        const int64_t i0 = tt * kTileRows, i1 = std::min(pr.s_q, i0 + kTileRows);
+        const int64_t rows = i1 - i0;
+        ts.LoadRows(pr, bi, h, i0, rows);
+        std::fill(acc, acc + rows * hdp, 0.f);
+        const int64_t j_stop = pr.KeyEnd(i1 - 1);
+        for (int64_t jb = 0; jb < j_stop; jb += kMaxKeyBlock) {
+          const int64_t nk = std::min(j_stop, jb + kMaxKeyBlock) - jb;
+          // acc[t] += sum_j dS_tj k_j, with dS as the dk/dv pass left it or recomputed (the
+          // same values either way).
+          if (ds_all != nullptr) {
+            ts.LoadKeyRows(pr, bi, kvh, jb, nk);
+            const float* w = ds_all + ((bi * pr.n_h + h) * pr.s_q + i0) * pr.s_kv + jb;
+            WeightedRowSums(w, pr.s_kv, 1, nk, ts.kr.data(), hdp, acc, hdp, rows, hdp / kLanes);
+            continue;
+          }
+          ts.LoadKeys(pr, bi, kvh, jb, nk);
+          ts.Grads(pr, bi, h, i0, rows, jb, nk, row_lse, row_d);
+          WeightedRowSums(ts.ds.data(), kMaxKeyBlock, 1, nk, ts.kr.data(), hdp, acc, hdp, rows,
+                          hdp / kLanes);
+        }
+        for (int64_t t = 0; t < rows; ++t) Axpy(scale, acc + t * hdp, gq.Row(bi, h, i0 + t), hd);
+      }
+    }
+    gq.Finish();
   }
   return absl::OkStatus();
 }

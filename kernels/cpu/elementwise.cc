@@ -184,8 +184,15 @@ absl::Status SiluMulBackward(Tensor& dgate, Tensor& dup, const Tensor& dy, const
       }
       float* og = dgbase + dgr.Offset(r);
       float* ou = dubase + dur.Offset(r);
-      for (int64_t i = 0; i < f; ++i) og[i * dgs] += dg[i];
-      for (int64_t i = 0; i < f; ++i) ou[i * dus] += du[i];
+      if (dgs == 1 && dus == 1) {  // the usual contiguous rows: vector adds
+#pragma omp simd
+        for (int64_t i = 0; i < f; ++i) og[i] += dg[i];
+#pragma omp simd
+        for (int64_t i = 0; i < f; ++i) ou[i] += du[i];
+      } else {
+        for (int64_t i = 0; i < f; ++i) og[i * dgs] += dg[i];
+        for (int64_t i = 0; i < f; ++i) ou[i * dus] += du[i];
+      }
     }
   }
   return absl::OkStatus();
