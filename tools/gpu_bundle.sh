@@ -136,7 +136,7 @@ cat >"$DEST/run.sh" <<'RUN_SH'
 # site-packages' nvidia/*/lib; then $LD_LIBRARY_PATH. A preflight ldd marks a binary whose
 # libraries do not all resolve "MISSING LIBS" instead of running it. Each test runs with
 # --gtest_brief=1 under a timeout, in its own TEST_TMPDIR; then cuda_ops_bench (short
-# --benchmark_min_time) and generate_kv_cache (a short CPU decode; it has no device flag). Logs: $OUT if set, else gpu_bundle/logs/ —
+# --benchmark_min_time) and generate_kv_cache (decode on cuda:0 with a GPU, a short CPU decode without). Logs: $OUT if set, else gpu_bundle/logs/ —
 # summary.txt, gpu_suite.log (every log, concatenated), cuda_ops_bench.json, logs.tgz (one log
 # per binary); 4 files, within the run tool's 8-file limit. The summary table is printed last.
 # Exit status: 0 when nothing failed, crashed or timed out (skips are fine), else 1.
@@ -284,9 +284,13 @@ run_bench() {
       args=(--benchmark_min_time=0.05 --benchmark_counters_tabular=true
         "--benchmark_out=$LOGS/cuda_ops_bench.json" --benchmark_out_format=json) ;;
     generate_kv_cache)
-      args=(--prompt_tokens 8 --new_tokens 8 --repeats 1)
-      # It runs on the CPU; should it gain a device flag, use cuda:0.
-      if "$b" --help 2>&1 | grep -q -- '--device'; then args+=(--device cuda:0); fi ;;
+      # With a GPU: decode on cuda:0 after a 1024-token prompt (grouped vs expanded cache);
+      # without one, a short CPU decode.
+      if nvidia-smi -L >/dev/null 2>&1; then
+        args=(--device cuda:0 --prompt_tokens 1024 --new_tokens 64 --repeats 2)
+      else
+        args=(--prompt_tokens 8 --new_tokens 8 --repeats 1)
+      fi ;;
   esac
   local s0=$(date +%s)
   echo "-- $n ${args[*]} (timeout ${t}s)"
