@@ -7,6 +7,7 @@
 #define CCTUNE_RECIPES_MODEL_COMPONENTS_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "config/registry.h"
@@ -22,6 +23,12 @@ ModelComponentRegistryT& ModelComponentRegistry();
 
 // Registers every builder of ModelRegistry::Global() (idempotent, thread-safe).
 absl::Status RegisterModelComponents();
+
+// Registers builder `name` of ModelRegistry::Global() as a model component (for builders
+// added after RegisterModelComponents, e.g. the LoRA ones). Its arguments are scalars, or
+// with `list_args` also lists, passed to the builder joined by "," (LoRA's
+// lora_attn_modules: [q_proj, v_proj] -> "q_proj,v_proj").
+absl::Status RegisterModelComponent(const std::string& name, bool list_args = false);
 
 }  // namespace cctune
 

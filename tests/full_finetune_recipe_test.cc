@@ -290,6 +290,21 @@ TEST_F(FullFinetuneRecipeTest, BadConfigsFailClearly) {
   ProcessResult no_checkpoint = Run("bad4", {"resume_from_checkpoint=true"});
   EXPECT_NE(no_checkpoint.exit_code, 0);
   EXPECT_THAT(no_checkpoint.err, HasSubstr(Out("bad4") + "/LATEST does not exist"));
+
+  ProcessResult too_few = Run("bad5", {"gradient_accumulation_steps=100000"});
+  EXPECT_NE(too_few.exit_code, 0);
+  EXPECT_THAT(too_few.err, HasSubstr("fewer than gradient_accumulation_steps (100000)"));
+
+  ProcessResult in_bwd = Run("bad6", {"optimizer_in_bwd=true"});
+  EXPECT_NE(in_bwd.exit_code, 0);
+  EXPECT_THAT(in_bwd.err, HasSubstr("optimizer_in_bwd: true is not supported"));
+
+  // Resuming with another seed than the checkpoint's is refused, naming both.
+  ASSERT_EQ(Run("bad7", {"stop_after_steps=1"}).exit_code, 0);
+  ProcessResult reseeded = Run("bad7", {"resume_from_checkpoint=true", "seed=12345"});
+  EXPECT_NE(reseeded.exit_code, 0);
+  EXPECT_THAT(reseeded.err, HasSubstr("was trained with seed"));
+  EXPECT_THAT(reseeded.err, HasSubstr("config has 12345"));
 }
 
 TEST_F(FullFinetuneRecipeTest, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {

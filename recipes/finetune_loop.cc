@@ -1,0 +1,384 @@
+#include "recipes/finetune_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "checkpoint/atomic_file.h"
+#include "core/device_interface.h"
+#include "core/status.h"
+#include "recipes/builtin_configs.h"
+#include "recipes/config_checks.h"
+#include "data/dataset_components.h"
+#include "recipes/finetune_utils.h"
+#include "recipes/training_components.h"
+#include "training/metric_logger_components.h"
+#include "training/progress_bar.h"
+#include "training/train_step.h"
+
+namespace cctune {
+
+namespace fs = std::filesystem;
+
+Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
+                            const std::string& output_dir_doc, const std::string& model_doc,
+                            const std::string& checkpointer_doc) {
+  return Schema(name, doc)
+      .Required("output_dir", KeyType::String(), output_dir_doc)
+      .Optional("shared_dir", KeyType::String(), "a base folder other keys refer to")
+      .Required("model", KeyType::Component("model"), model_doc)
+      .Required("tokenizer", KeyType::Component("tokenizer"), "tokenizer")
+      .Default("checkpointer", KeyType::Component("checkpointer").OrNull(), ConfigNode::Null(),
+               checkpointer_doc)
+      .Required("dataset", KeyType::Component("dataset"), "training dataset")
+      .Default("validation_dataset", KeyType::Component("dataset").OrNull(), ConfigNode::Null(),
+               "held-out dataset for the validation loss (null: none)")
+      .Default("eval_every_n_steps", KeyType::Int(), ConfigNode::Int(0),
+               "validation loss every N steps (0: only at epoch ends when configured)")
+      .Default("seed", KeyType::Int(), ConfigNode::Int(0), "init, shuffling and RNG seed")
+      .Default("shuffle", KeyType::Bool(), ConfigNode::Bool(true), "shuffle every epoch")
+      .Default("batch_size", KeyType::Int(), ConfigNode::Int(2), "samples per micro-batch")
+      .Check("batch_size", AtLeastOne)
+      .Default("epochs", KeyType::Int(), ConfigNode::Int(1), "passes over the dataset")
+      .Check("epochs", AtLeastOne)
+      .Default("max_steps_per_epoch", KeyType::Int().OrNull(), ConfigNode::Null(),
+               "cap on optimizer steps per epoch (null: the whole epoch)")
+      .Check("max_steps_per_epoch", AtLeastOne)
+      .Default("gradient_accumulation_steps", KeyType::Int(), ConfigNode::Int(1),
+               "micro-batches per optimizer step")
+      .Check("gradient_accumulation_steps", AtLeastOne)
+      .Default("clip_grad_norm", KeyType::Float().OrNull(), ConfigNode::Null(),
+               "global L2 norm clipping (null: none; the norm is still logged)")
+      .Required("optimizer", KeyType::Component("optimizer"), "torch.optim.AdamW / SGD")
+      .Default("lr_scheduler", KeyType::Component("lr_scheduler").OrNull(), ConfigNode::Null(),
+               "learning-rate schedule (null: constant)")
+      .Default("loss", KeyType::Component("loss").OrNull(), ConfigNode::Null(),
+               "torchtune.modules.loss.CEWithChunkedOutputLoss (the only loss)")
+      .Default("enable_activation_checkpointing", KeyType::Bool(), ConfigNode::Bool(false),
+               "recompute each layer's forward in the backward")
+      .Default("enable_activation_offloading", KeyType::Bool(), ConfigNode::Bool(false),
+               "accepted for torchtune configs; ignored (activations stay on the device)")
+      .Default("compile", KeyType::Bool(), ConfigNode::Bool(false), "accepted; ignored")
+      .Default("optimizer_in_bwd", KeyType::Bool(), ConfigNode::Bool(false), "must be false")
+      .Default("dtype", KeyType::Enum({"fp32", "bf16"}), ConfigNode::String("fp32"),
+               "parameter dtype (bf16 keeps f32 master copies in the optimizer)")
+      .Default("device", KeyType::String(), ConfigNode::String("cpu"),
+               "cpu, cuda or cuda:N (weights, gradients and optimizer state on it)")
+      .Check("device", TrainingDeviceName)
+      .Default("metric_logger", KeyType::Component("metric_logger").OrNull(), ConfigNode::Null(),
+               "where metrics go (null: stdout)")
+      .Default("log_every_n_steps", KeyType::Int(), ConfigNode::Int(1), "log period in steps")
+      .Check("log_every_n_steps", AtLeastOne)
+      .Default("log_peak_memory_stats", KeyType::Bool(), ConfigNode::Bool(true),
+               "log peak_memory_gb")
+      .Default("save_every_n_steps", KeyType::Int().OrNull(), ConfigNode::Null(),
+               "checkpoint period in steps (null: epoch ends only)")
+      .Check("save_every_n_steps", AtLeastOne)
+      .Default("resume_from_checkpoint", KeyType::Bool(), ConfigNode::Bool(false),
+               "continue from <output_dir>/LATEST bit-identically")
+      .Default("stop_after_steps", KeyType::Int().OrNull(), ConfigNode::Null(),
+               "end the run (with a checkpoint) after this many steps in total, as a "
+               "preemption would; the schedule is unchanged (null: run to the end)")
+      .Check("stop_after_steps", AtLeastOne);
+}
+
+absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
+  FinetuneSettings s;
+  CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
+  CCTUNE_ASSIGN_OR_RETURN(s.device, TrainingDevice(device_name));
+  CCTUNE_ASSIGN_OR_RETURN(s.output_dir, root.GetString("output_dir"));
+  CCTUNE_ASSIGN_OR_RETURN(s.dtype_name, root.GetString("dtype"));
+  CCTUNE_ASSIGN_OR_RETURN(s.dtype, RecipeDType(s.dtype_name));
+  CCTUNE_ASSIGN_OR_RETURN(s.seed, root.GetInt("seed"));
+  CCTUNE_ASSIGN_OR_RETURN(s.shuffle, root.GetBool("shuffle"));
+  CCTUNE_ASSIGN_OR_RETURN(s.batch_size, root.GetInt("batch_size"));
+  CCTUNE_ASSIGN_OR_RETURN(s.epochs, root.GetInt("epochs"));
+  CCTUNE_ASSIGN_OR_RETURN(s.max_steps_per_epoch, root.GetOptionalInt("max_steps_per_epoch"));
+  CCTUNE_ASSIGN_OR_RETURN(s.accum, root.GetInt("gradient_accumulation_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(s.clip_grad_norm, root.GetOptionalFloat("clip_grad_norm"));
+  CCTUNE_ASSIGN_OR_RETURN(s.activation_checkpointing,
+                          root.GetBool("enable_activation_checkpointing"));
+  CCTUNE_ASSIGN_OR_RETURN(s.log_every, root.GetInt("log_every_n_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(s.log_memory, root.GetBool("log_peak_memory_stats"));
+  CCTUNE_ASSIGN_OR_RETURN(s.save_every, root.GetOptionalInt("save_every_n_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(s.eval_every, root.GetInt("eval_every_n_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(s.resume, root.GetBool("resume_from_checkpoint"));
+  CCTUNE_ASSIGN_OR_RETURN(s.stop_after, root.GetOptionalInt("stop_after_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(bool opt_in_bwd, root.GetBool("optimizer_in_bwd"));
+  if (opt_in_bwd) return absl::UnimplementedError("optimizer_in_bwd: true is not supported");
+  return s;
+}
+
+absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const TokenizerComponent& tok,
+                                              const FinetuneSettings& s) {
+  FinetuneData data;
+  DatasetContext ctx;
+  ctx.tokenizer = tok.tokenizer.get();
+  ctx.prompt_format = tok.prompt_format;
+  ctx.max_seq_len = tok.max_seq_len.value_or(0);
+  CCTUNE_ASSIGN_OR_RETURN(data.dataset, DatasetRegistry().InstantiateKey(root, "dataset", ctx));
+  DataLoaderOptions lo;
+  lo.batch_size = s.batch_size;
+  lo.shuffle = s.shuffle;
+  lo.seed = static_cast<uint64_t>(s.seed);
+  lo.collate.pad_id = 0;
+  CCTUNE_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.dataset, lo));
+  data.loader.emplace(std::move(loader));
+  if (const ConfigNode* v = root.Find("validation_dataset"); v != nullptr && !v->IsNull()) {
+    CCTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const Dataset> val,
+                            DatasetRegistry().Instantiate(*v, ctx));
+    DataLoaderOptions vo = lo;
+    vo.shuffle = false;
+    vo.drop_last = false;
+    CCTUNE_ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(val, vo));
+    data.val_loader.emplace(std::move(vl));
+  }
+  const int64_t batches = data.loader->batches_per_epoch();
+  data.steps_per_epoch = batches / s.accum;
+  if (s.max_steps_per_epoch.has_value() && *s.max_steps_per_epoch < data.steps_per_epoch) {
+    data.steps_per_epoch = *s.max_steps_per_epoch;
+  }
+  if (data.steps_per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", data.dataset->source(), "' has ", batches, " batches of batch_size ",
+        s.batch_size, ": fewer than gradient_accumulation_steps (", s.accum, ")"));
+  }
+  if (const ConfigNode* sc = root.Find("lr_scheduler"); sc != nullptr && !sc->IsNull()) {
+    CCTUNE_ASSIGN_OR_RETURN(
+        CosineScheduleWithWarmup sched,
+        LrSchedulerRegistry().Instantiate(*sc, data.steps_per_epoch * s.epochs));
+    data.schedule.emplace(sched);
+  }
+  return data;
+}
+
+TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& data) {
+  TrainingLoop loop;
+  loop.device = s.device;
+  loop.epochs = s.epochs;
+  loop.steps_per_epoch = data.steps_per_epoch;
+  loop.accum = s.accum;
+  loop.clip_norm = s.clip_grad_norm.value_or(0.0);
+  loop.log_every = s.log_every;
+  loop.log_memory = s.log_memory;
+  loop.eval_every = s.eval_every;
+  loop.save_every = s.save_every;
+  loop.stop_after = s.stop_after;
+  return loop;
+}
+
+absl::StatusOr<std::string> LatestCheckpointDir(const std::string& output_dir) {
+  const std::string latest_path = absl::StrCat(output_dir, "/", kLatestFile);
+  if (!fs::exists(latest_path)) {
+    return absl::NotFoundError(absl::StrCat(
+        "resume_from_checkpoint: true, but ", latest_path,
+        " does not exist (no checkpoint was saved in output_dir ", output_dir, ")"));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(latest_path));
+  return absl::StrCat(output_dir, "/", absl::StripAsciiWhitespace(latest));
+}
+
+absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
+                                               Optimizer& optimizer, DataLoader& loader,
+                                               Generator& gen) {
+  CCTUNE_ASSIGN_OR_RETURN(RecipeState state,
+                          LoadRecipeState(absl::StrCat(dir, "/", kRecipeStateFile)));
+  if (state.proto.seed() != static_cast<uint64_t>(seed)) {
+    return absl::InvalidArgumentError(absl::StrCat("resume: ", dir, " was trained with seed ",
+                                                   state.proto.seed(), ", config has ", seed));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(OptimizerState os, GetOptimizerState(state));
+  CCTUNE_RETURN_IF_ERROR(optimizer.ImportState(os));
+  CCTUNE_RETURN_IF_ERROR(RestoreDataLoaderPosition(state.proto.data(), dir, &loader));
+  RestoreRngState(state.proto.rng(), &gen);
+  RunProgress progress;
+  progress.step = state.proto.step();
+  progress.tokens_seen = state.proto.tokens_seen();
+  progress.last_checkpoint = dir;
+  std::fprintf(stderr, "Resumed from %s at step %lld\n", dir.c_str(),
+               static_cast<long long>(progress.step));
+  return progress;
+}
+
+RecipeState MakeRecipeState(const RunProgress& progress, int64_t epoch, int64_t seed,
+                            const Generator& gen, const DataLoader& loader) {
+  RecipeState state;
+  state.proto.set_step(progress.step);
+  state.proto.set_epoch(epoch);
+  state.proto.set_seed(static_cast<uint64_t>(seed));
+  *state.proto.mutable_rng() = RngStateToProto(gen);
+  *state.proto.mutable_data() = DataLoaderPositionToProto(loader);
+  state.proto.set_tokens_seen(progress.tokens_seen);
+  return state;
+}
+
+absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
+                              const Optimizer& optimizer, RecipeState state) {
+  const std::string dir = absl::StrCat(output_dir, "/", name);
+  SetOptimizerState(optimizer.ExportState(), &state);
+  CCTUNE_RETURN_IF_ERROR(SaveRecipeState(absl::StrCat(dir, "/", kRecipeStateFile), state));
+  CCTUNE_RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(output_dir, "/", kLatestFile), name + "\n"));
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const std::string other = entry.path().filename().string();
+    if (entry.is_directory() && absl::StartsWith(other, "step_") && other != name) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
+  std::fprintf(stderr, "Saved checkpoint %s\n", dir.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MetricLogger>> MakeMetricLogger(const ConfigNode& root) {
+  if (const ConfigNode* m = root.Find("metric_logger"); m != nullptr && !m->IsNull()) {
+    return MetricLoggerRegistry().Instantiate(*m);
+  }
+  return std::unique_ptr<MetricLogger>(std::make_unique<StdoutLogger>());
+}
+
+absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
+  DataLoader& loader = *loop.loader;
+  int64_t& step = progress.step;
+  const int64_t accum = loop.accum;
+  ResetPeakMemory(loop.device);
+  // On a terminal only (stderr redirected to a file stays clean).
+  ProgressBar bar("train", loop.steps_per_epoch * loop.epochs);
+  bar.Update(step);
+  bar.ResetClock();
+  // The loader's position (epoch, batch) is the truth; a finished epoch (by max_steps) moves on.
+  while (loader.position().epoch < loop.epochs) {
+    const int64_t epoch = loader.position().epoch;
+    if (loader.position().batch_index / accum >= loop.steps_per_epoch || loader.EpochDone()) {
+      CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(epoch + 1));
+      continue;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<MicroBatch> micro;
+    int64_t step_tokens = 0;
+    for (int64_t a = 0; a < accum; ++a) {
+      CCTUNE_ASSIGN_OR_RETURN(Batch batch, loader.Next());
+      step_tokens += batch.num_tokens;
+      CCTUNE_ASSIGN_OR_RETURN(MicroBatch mb, ToMicroBatch(batch));
+      micro.push_back(std::move(mb));
+    }
+    const double lr = loop.schedule != nullptr
+                          ? loop.schedule->Lr(loop.base_lr, loop.optimizer->step())
+                          : loop.base_lr;
+    loop.optimizer->set_lr(lr);
+    absl::StatusOr<TrainStepResult> r =
+        TrainStep(*loop.trainer, *loop.optimizer, micro, loop.clip_norm);
+    if (!r.ok()) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("training stopped at step ", step + 1, " (epoch ", epoch,
+                                       "): ", r.status().message(),
+                                       "; the last good checkpoint is ", progress.last_checkpoint));
+    }
+    if (!std::isfinite(r->loss)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("training stopped at step ", step + 1, ": non-finite loss ", r->loss,
+                       "; the last good checkpoint is ", progress.last_checkpoint));
+    }
+    ++step;
+    progress.tokens_seen += step_tokens;
+    bar.Update(step, absl::StrFormat("loss=%.4f", r->loss));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool epoch_end = loader.position().batch_index / accum >= loop.steps_per_epoch ||
+                           loader.batches_per_epoch() - loader.position().batch_index < accum;
+    if (step % loop.log_every == 0) {
+      Metrics m = {{"loss", r->loss},
+                   {"lr", lr},
+                   {"grad_norm", r->grad_norm},
+                   {"tokens_per_second", seconds > 0 ? step_tokens / seconds : 0.0},
+                   {"epoch", static_cast<double>(epoch)}};
+      if (loop.log_memory) {
+        m.push_back({"peak_memory_gb", GetMemoryStats(loop.device).peak_bytes / 1e9});
+      }
+      CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict(m, step));
+    }
+    if (loop.val_loader != nullptr &&
+        ((loop.eval_every > 0 && step % loop.eval_every == 0) ||
+         (loop.eval_every == 0 && epoch_end))) {
+      CCTUNE_ASSIGN_OR_RETURN(double vloss, ValidationLoss(*loop.trainer, *loop.val_loader));
+      CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict({{"val_loss", vloss}}, step));
+    }
+    const bool stop = loop.stop_after.has_value() && step >= *loop.stop_after;
+    if (epoch_end) CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(epoch + 1));
+    if (epoch_end || stop || (loop.save_every.has_value() && step % *loop.save_every == 0)) {
+      CCTUNE_ASSIGN_OR_RETURN(progress.last_checkpoint, loop.save(loader.position().epoch));
+    }
+    if (stop) {
+      std::fprintf(stderr, "Stopping after %lld steps (stop_after_steps)\n",
+                   static_cast<long long>(step));
+      break;
+    }
+  }
+  bar.Close();
+  return loop.logger->Close();
+}
+
+int RecipeMain(const RecipeEntry& entry, const std::vector<std::string>& args) {
+  const char* const prog = entry.prog;
+  std::string config_arg;
+  std::vector<std::string> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fprintf(stdout, "usage: %s --config <path or built-in name> [key=value ...]\n\n%s",
+                   prog, entry.schema().Describe().c_str());
+      return 0;
+    }
+    if (a == "--config") {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "%s: --config needs a value\n", prog);
+        return 2;
+      }
+      config_arg = args[++i];
+    } else if (absl::StartsWith(a, "--config=")) {
+      config_arg = a.substr(9);
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  if (config_arg.empty()) {
+    std::fprintf(stderr, "usage: %s --config <path or built-in name> [key=value ...]\n", prog);
+    return 2;
+  }
+  absl::Status registered = entry.register_components();
+  if (!registered.ok()) {
+    std::fprintf(stderr, "%s: %s\n", prog, registered.ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s: %s\n", prog, std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const std::vector<ConfigError> errors = entry.validate(*config);
+  if (!errors.empty()) {
+    std::fprintf(stderr, "%s: %s\n", prog, std::string(ErrorsToStatus(errors).message()).c_str());
+    return 1;
+  }
+  absl::Status resolved = config->Resolve();
+  if (!resolved.ok()) {
+    std::fprintf(stderr, "%s: %s\n", prog, std::string(resolved.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "Running %s with resolved config:\n\n%s\n", prog,
+               config->ToYaml().c_str());
+  absl::Status st = entry.run(*config);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", prog, std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cctune

@@ -1,0 +1,163 @@
+// The part of the two fine-tune recipes that does not depend on what is trained (all weights
+// or LoRA adapters): the command-line entry, finding and restoring the recipe state of the
+// latest checkpoint, the metric logger, and the epoch/step loop with its logging, validation,
+// checkpoint periods and non-finite stop. Each recipe keeps what differs: building the model,
+// which parameters train, and what a checkpoint holds.
+#ifndef CCTUNE_RECIPES_FINETUNE_LOOP_H_
+#define CCTUNE_RECIPES_FINETUNE_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/config.h"
+#include "config/node.h"
+#include "config/schema.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "data/dataset.h"
+#include "core/random.h"
+#include "data/data_loader.h"
+#include "modules/decoder_backward.h"
+#include "recipes/tokenizer_components.h"
+#include "training/lr_scheduler.h"
+#include "training/metric_logger.h"
+#include "training/optim.h"
+#include "training/recipe_state.h"
+
+namespace cctune {
+
+inline constexpr char kLatestFile[] = "LATEST";
+inline constexpr char kRecipeStateFile[] = "recipe_state.safetensors";
+
+// The schema of a fine-tune recipe's config: torchtune's top-level keys, shared by
+// full_finetune_single_device and lora_finetune_single_device; the recipes differ only in the
+// documentation of output_dir, model and checkpointer.
+Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
+                            const std::string& output_dir_doc, const std::string& model_doc,
+                            const std::string& checkpointer_doc);
+
+// The fine-tune recipes' plain settings (everything but the components), read from a root
+// that has the schema's defaults applied.
+struct FinetuneSettings {
+  Device device;  // checked usable (TrainingDevice)
+  std::string output_dir;
+  std::string dtype_name;  // as configured: fp32 / bf16
+  DType dtype = DType::kF32;
+  int64_t seed = 0;
+  bool shuffle = true;
+  int64_t batch_size = 1;
+  int64_t epochs = 1;
+  std::optional<int64_t> max_steps_per_epoch;
+  int64_t accum = 1;  // gradient_accumulation_steps
+  std::optional<double> clip_grad_norm;
+  bool activation_checkpointing = false;
+  int64_t log_every = 1;
+  bool log_memory = true;
+  std::optional<int64_t> save_every;
+  int64_t eval_every = 0;
+  bool resume = false;
+  std::optional<int64_t> stop_after;
+};
+// Unimplemented for optimizer_in_bwd: true; the device's error when it is not usable.
+absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root);
+
+// A run's data: the training loader, the validation loader when `validation_dataset` is set,
+// the optimizer steps per epoch (capped by max_steps_per_epoch), and the `lr_scheduler` over
+// all epochs when set. InvalidArgument, naming the dataset, when an epoch has fewer batches
+// than gradient_accumulation_steps.
+struct FinetuneData {
+  std::shared_ptr<const Dataset> dataset;
+  std::optional<DataLoader> loader;  // always set
+  std::optional<DataLoader> val_loader;
+  int64_t steps_per_epoch = 0;
+  std::optional<CosineScheduleWithWarmup> schedule;
+};
+absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const TokenizerComponent& tok,
+                                              const FinetuneSettings& s);
+
+// Where a run stands: optimizer steps done, training tokens consumed, and the last checkpoint
+// written or resumed from ("(none)" before the first).
+struct RunProgress {
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  std::string last_checkpoint = "(none)";
+};
+
+// The directory LATEST in `output_dir` names; NotFound (naming the file) when there is none.
+absl::StatusOr<std::string> LatestCheckpointDir(const std::string& output_dir);
+
+// Restores what `dir`'s recipe state holds besides the weights: checks the seed, then the
+// optimizer state, the data loader's position and the generator. Returns the progress saved.
+absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
+                                               Optimizer& optimizer, DataLoader& loader,
+                                               Generator& gen);
+
+// The recipe state to save with the weights after `progress.step` steps, in `epoch`.
+RecipeState MakeRecipeState(const RunProgress& progress, int64_t epoch, int64_t seed,
+                            const Generator& gen, const DataLoader& loader);
+
+// Completes checkpoint <output_dir>/<name>/ once its weights are written: saves `state` with
+// the optimizer's state as kRecipeStateFile, then points LATEST at it (atomically, so LATEST
+// only ever names a complete checkpoint) and removes the older step_* directories.
+absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
+                              const Optimizer& optimizer, RecipeState state);
+
+// The `metric_logger` component of `root`, or a StdoutLogger when it is absent or null.
+absl::StatusOr<std::unique_ptr<MetricLogger>> MakeMetricLogger(const ConfigNode& root);
+
+struct TrainingLoop {
+  DecoderTrainer* trainer = nullptr;
+  Optimizer* optimizer = nullptr;
+  const CosineScheduleWithWarmup* schedule = nullptr;  // null: constant base_lr
+  double base_lr = 0;
+  DataLoader* loader = nullptr;
+  DataLoader* val_loader = nullptr;  // null: no validation
+  MetricLogger* logger = nullptr;
+  Device device;
+  int64_t epochs = 1;
+  int64_t steps_per_epoch = 1;
+  int64_t accum = 1;  // gradient_accumulation_steps
+  double clip_norm = 0;  // 0: no clipping
+  int64_t log_every = 1;
+  bool log_memory = true;
+  int64_t eval_every = 0;  // 0: at epoch ends
+  std::optional<int64_t> save_every;
+  std::optional<int64_t> stop_after;
+  // Writes a checkpoint of the run as it stands (for `epoch`, the epoch the loader is in) and
+  // returns its directory.
+  std::function<absl::StatusOr<std::string>(int64_t epoch)> save;
+};
+
+// A loop with the settings' periods and limits; the caller sets the trainer, optimizer,
+// loaders, logger and save.
+TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& data);
+
+// Trains from `progress` to the end of the last epoch (or stop_after): per step, takes
+// `accum` micro-batches, sets the scheduled lr, runs TrainStep, logs loss / lr / grad_norm /
+// tokens_per_second / epoch (/ peak_memory_gb) every log_every steps, the validation loss as
+// configured, and checkpoints every save_every steps, at epoch ends and at stop_after. A
+// failed step or a non-finite loss ends the run with an error naming the last good
+// checkpoint. Closes the logger.
+absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress);
+
+// A recipe binary's main: `--config <name or path> [key=value ...]` and `--help`; registers
+// the components, loads and validates the config (every error at once), resolves it, prints
+// it and runs it. Returns the exit code (0, 1 on errors, 2 on usage errors).
+struct RecipeEntry {
+  const char* prog;
+  const Schema& (*schema)();
+  std::function<absl::Status()> register_components;
+  std::function<std::vector<ConfigError>(const Config&)> validate;
+  std::function<absl::Status(const Config&)> run;
+};
+int RecipeMain(const RecipeEntry& entry, const std::vector<std::string>& args);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_RECIPES_FINETUNE_LOOP_H_
