@@ -1,6 +1,6 @@
 // Pieces the fine-tune recipes share: the HF config.json of a model, the dataset-file check
 // for `validate`, turning a collated batch into a micro-batch, and the validation loss.
-// The recipes themselves stay flat (one readable file each); only these helpers are shared.
+// The run itself (settings, data, step loop, checkpoints, main) is recipes/finetune_loop.h.
 #ifndef CCTUNE_RECIPES_FINETUNE_UTILS_H_
 #define CCTUNE_RECIPES_FINETUNE_UTILS_H_
 
