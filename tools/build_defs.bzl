@@ -34,3 +34,32 @@ def cctune_cc_benchmark(name, deps = [], copts = [], **kwargs):
         deps = deps + ["@benchmark//:lib"],
         **kwargs
     )
+
+def cctune_fuzz_target(name, srcs, deps = [], corpus = [], dict = None, copts = [], **kwargs):
+    """A libFuzzer target plus `<name>_smoke`, a bounded run of it over a seed corpus.
+
+    Both are tagged "manual" (they link only under --config=fuzz, with clang), and the run
+    is tagged "fuzz": tools/fuzz.sh builds and runs every one of them; .ci/run calls it.
+      corpus: labels of seed inputs (files or filegroups), copied to a scratch folder first.
+      dict:   an optional libFuzzer dictionary.
+    The run's length comes from $FUZZ_SECONDS (default 20) or $FUZZ_RUNS (executions).
+    """
+    cc_binary(
+        name = name,
+        srcs = srcs,
+        copts = CCTUNE_COPTS + copts,
+        deps = deps,
+        tags = ["manual", "fuzz_binary"],
+        **kwargs
+    )
+    data = [":" + name] + corpus + ([dict] if dict else [])
+    args = ["$(location :%s)" % name, "$(location %s)" % dict if dict else "-"]
+    args += ["$(locations %s)" % f for f in corpus]
+    native.sh_test(
+        name = name + "_smoke",
+        srcs = ["//tools:run_fuzzer.sh"],
+        args = args,
+        data = data,
+        size = "medium",
+        tags = ["manual", "fuzz"],
+    )
