@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/status.h"
 
 namespace cctune {
@@ -122,6 +125,19 @@ absl::Status AtomicFileWriter::Commit() {
   }
   committed_ = true;
   return FsyncDir(DirName(path_));
+}
+
+bool IsAtomicWriteTemporary(absl::string_view filename) {
+  auto all_digits = [](absl::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), absl::ascii_isdigit);
+  };
+  if (!absl::ConsumePrefix(&filename, ".")) return false;
+  const size_t tmp = filename.rfind(".tmp.");
+  if (tmp == absl::string_view::npos || tmp == 0) return false;
+  const absl::string_view suffix = filename.substr(tmp + 5);  // <pid>.<n>
+  const size_t dot = suffix.find('.');
+  return dot != absl::string_view::npos && all_digits(suffix.substr(0, dot)) &&
+         all_digits(suffix.substr(dot + 1));
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {

@@ -44,6 +44,10 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
+// Whether `filename` (a name without its directory) is the temporary file of an atomic write,
+// ".<name>.tmp.<pid>.<n>": one a killed process left behind, when no write is in flight.
+bool IsAtomicWriteTemporary(absl::string_view filename);
+
 // Writes `contents` to `path` atomically.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 

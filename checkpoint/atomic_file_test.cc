@@ -1,6 +1,9 @@
 #include "checkpoint/atomic_file.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +69,44 @@ TEST(AtomicFileTest, Errors) {
   EXPECT_NE(std::string(w.status().message()).find("/no/such/dir/f"), std::string::npos);
   EXPECT_EQ(ReadFileToString("/no/such/file").status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(ReadFileToString(TestDir("dir")).ok());
+}
+
+TEST(AtomicFileTest, RecognisesItsTemporaries) {
+  const std::string dir = TestDir("names");
+  auto w = AtomicFileWriter::Create(dir + "/model.safetensors");
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string temp = (*w)->temp_path();
+  EXPECT_TRUE(IsAtomicWriteTemporary(temp.substr(temp.rfind('/') + 1))) << temp;
+  EXPECT_TRUE(IsAtomicWriteTemporary(".LATEST.tmp.4242.0"));
+  for (const char* other : {"model.safetensors", "LATEST", ".tmp.1.2", ".LATEST.tmp.12",
+                            ".LATEST.tmp.a.1", ".LATEST.tmp.1.", "LATEST.tmp.1.2", "step_3"}) {
+    EXPECT_FALSE(IsAtomicWriteTemporary(other)) << other;
+  }
+}
+
+// A real write error from write(2): past RLIMIT_FSIZE (with SIGXFSZ ignored) it fails with
+// EFBIG, the way a full disk fails with ENOSPC. The error names the file and the errno text,
+// and the destination keeps its old contents with no temporary left.
+TEST(AtomicFileTest, WriteErrorNamesTheFileAndKeepsTheOldOne) {
+  const std::string dir = TestDir("efbig");
+  const std::string path = dir + "/model.safetensors";
+  ASSERT_TRUE(WriteFileAtomically(path, "good").ok());
+  struct rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct sigaction ignore = {}, old_action;
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old_action), 0);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  absl::Status st = WriteFileAtomically(path, std::string(10000, 'x'));
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  ASSERT_EQ(sigaction(SIGXFSZ, &old_action, nullptr), 0);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find(path), std::string::npos) << st;
+  EXPECT_NE(std::string(st.message()).find(std::strerror(EFBIG)), std::string::npos) << st;
+  EXPECT_EQ(*ReadFileToString(path), "good");
+  EXPECT_EQ(List(dir), std::set<std::string>{"model.safetensors"});
 }
 
 }  // namespace
