@@ -19,6 +19,7 @@
 #include "recipes/finetune_utils.h"
 #include "recipes/training_components.h"
 #include "training/metric_logger_components.h"
+#include "training/interrupt.h"
 #include "training/progress_bar.h"
 #include "training/train_step.h"
 
@@ -170,18 +171,8 @@ TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& dat
   loop.eval_every = s.eval_every;
   loop.save_every = s.save_every;
   loop.stop_after = s.stop_after;
+  loop.output_dir = s.output_dir;
   return loop;
-}
-
-absl::StatusOr<std::string> LatestCheckpointDir(const std::string& output_dir) {
-  const std::string latest_path = absl::StrCat(output_dir, "/", kLatestFile);
-  if (!fs::exists(latest_path)) {
-    return absl::NotFoundError(absl::StrCat(
-        "resume_from_checkpoint: true, but ", latest_path,
-        " does not exist (no checkpoint was saved in output_dir ", output_dir, ")"));
-  }
-  CCTUNE_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(latest_path));
-  return absl::StrCat(output_dir, "/", absl::StripAsciiWhitespace(latest));
 }
 
 absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
@@ -247,6 +238,32 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
   DataLoader& loader = *loop.loader;
   int64_t& step = progress.step;
   const int64_t accum = loop.accum;
+  // What failed or killed saves left takes the space the next save needs (a full disk).
+  CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
+                          RemoveCheckpointLeftovers(loop.output_dir));
+  for (const std::string& path : removed) {
+    std::fprintf(stderr, "Removed %s (left by a save that did not finish)\n", path.c_str());
+  }
+  const InterruptHandler interrupt;
+  int64_t saved_step = step;  // the step of the newest checkpoint (or of the resumed one)
+  auto save = [&]() -> absl::Status {
+    const std::string name = CheckpointName(step);
+    absl::StatusOr<std::string> dir = loop.save(loader.position().epoch);
+    if (!dir.ok()) {
+      // Keep only the last good checkpoint: a partial step_N would hold the space a later
+      // save (or a resumed run) needs.
+      const absl::Status cleaned = RemoveFailedCheckpoint(loop.output_dir, name);
+      return absl::Status(
+          dir.status().code(),
+          absl::StrCat("saving checkpoint ", loop.output_dir, "/", name, " at step ", step,
+                       " failed: ", dir.status().message(), "; the last good checkpoint is ",
+                       progress.last_checkpoint, " (LATEST still names it)",
+                       cleaned.ok() ? "" : absl::StrCat("; ", cleaned.message())));
+    }
+    progress.last_checkpoint = *dir;
+    saved_step = step;
+    return absl::OkStatus();
+  };
   ResetPeakMemory(loop.device);
   // On a terminal only (stderr redirected to a file stays clean).
   ProgressBar bar("train", loop.steps_per_epoch * loop.epochs);
@@ -312,7 +329,18 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     const bool stop = loop.stop_after.has_value() && step >= *loop.stop_after;
     if (epoch_end) CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(epoch + 1));
     if (epoch_end || stop || (loop.save_every.has_value() && step % *loop.save_every == 0)) {
-      CCTUNE_ASSIGN_OR_RETURN(progress.last_checkpoint, loop.save(loader.position().epoch));
+      CCTUNE_RETURN_IF_ERROR(save());
+    }
+    // A step boundary: a signal that came during this step (its data, validation or save)
+    // stops here, with the checkpoint a periodic save would write.
+    if (const int sig = interrupt.signal(); sig != 0) {
+      if (saved_step != step) CCTUNE_RETURN_IF_ERROR(save());
+      bar.Close();
+      CCTUNE_RETURN_IF_ERROR(loop.logger->Close());
+      return InterruptedError(
+          sig, absl::StrCat(SignalName(sig), ": stopped after step ", step, " with checkpoint ",
+                            progress.last_checkpoint,
+                            " (LATEST); rerun with resume_from_checkpoint=true to continue"));
     }
     if (stop) {
       std::fprintf(stderr, "Stopping after %lld steps (stop_after_steps)\n",
@@ -376,6 +404,7 @@ int RecipeMain(const RecipeEntry& entry, const std::vector<std::string>& args) {
   absl::Status st = entry.run(*config);
   if (!st.ok()) {
     std::fprintf(stderr, "%s: %s\n", prog, std::string(st.message()).c_str());
+    if (const std::optional<int> sig = InterruptSignal(st)) return InterruptExitCode(*sig);
     return 1;
   }
   return 0;

@@ -24,6 +24,7 @@
 #include "core/random.h"
 #include "data/data_loader.h"
 #include "modules/decoder_backward.h"
+#include "recipes/checkpoint_dir.h"
 #include "recipes/tokenizer_components.h"
 #include "training/lr_scheduler.h"
 #include "training/metric_logger.h"
@@ -31,9 +32,6 @@
 #include "training/recipe_state.h"
 
 namespace cctune {
-
-inline constexpr char kLatestFile[] = "LATEST";
-inline constexpr char kRecipeStateFile[] = "recipe_state.safetensors";
 
 // The schema of a fine-tune recipe's config: torchtune's top-level keys, shared by
 // full_finetune_single_device and lora_finetune_single_device; the recipes differ only in the
@@ -89,9 +87,6 @@ struct RunProgress {
   std::string last_checkpoint = "(none)";
 };
 
-// The directory LATEST in `output_dir` names; NotFound (naming the file) when there is none.
-absl::StatusOr<std::string> LatestCheckpointDir(const std::string& output_dir);
-
 // Restores what `dir`'s recipe state holds besides the weights: checks the seed, then the
 // optimizer state, the data loader's position and the generator. Returns the progress saved.
 absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
@@ -119,6 +114,7 @@ struct TrainingLoop {
   DataLoader* loader = nullptr;
   DataLoader* val_loader = nullptr;  // null: no validation
   MetricLogger* logger = nullptr;
+  std::string output_dir;  // where `save` writes CheckpointName(step); cleaned at the start
   Device device;
   int64_t epochs = 1;
   int64_t steps_per_epoch = 1;
@@ -129,8 +125,8 @@ struct TrainingLoop {
   int64_t eval_every = 0;  // 0: at epoch ends
   std::optional<int64_t> save_every;
   std::optional<int64_t> stop_after;
-  // Writes a checkpoint of the run as it stands (for `epoch`, the epoch the loader is in) and
-  // returns its directory.
+  // Writes checkpoint <output_dir>/CheckpointName(step) of the run as it stands (for `epoch`,
+  // the epoch the loader is in) and returns its directory.
   std::function<absl::StatusOr<std::string>(int64_t epoch)> save;
 };
 
@@ -144,11 +140,21 @@ TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& dat
 // configured, and checkpoints every save_every steps, at epoch ends and at stop_after. A
 // failed step or a non-finite loss ends the run with an error naming the last good
 // checkpoint. Closes the logger.
+//
+// Preemption: from the start of the loop, SIGTERM or SIGINT stops the run at the end of the
+// step in flight (or the next one, when the signal came during data loading, validation or a
+// save) with a checkpoint, as stop_after does, and returns InterruptedError naming the
+// signal, the step and the checkpoint; a second signal exits at once (training/interrupt.h).
+// Disks: the leftovers of failed or killed saves are removed at the start
+// (RemoveCheckpointLeftovers); a failed save removes its own folder and ends the run with the
+// error (which names the file and the errno text) and the last good checkpoint, which LATEST
+// still names.
 absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress);
 
 // A recipe binary's main: `--config <name or path> [key=value ...]` and `--help`; registers
 // the components, loads and validates the config (every error at once), resolves it, prints
-// it and runs it. Returns the exit code (0, 1 on errors, 2 on usage errors).
+// it and runs it. Returns the exit code (0, 1 on errors, 2 on usage errors, 128 + signo when
+// a signal stopped the run: 143 for SIGTERM, 130 for SIGINT).
 struct RecipeEntry {
   const char* prog;
   const Schema& (*schema)();

@@ -23,6 +23,7 @@
 #include "recipes/config_checks.h"
 #include "recipes/finetune_loop.h"
 #include "recipes/finetune_utils.h"
+#include "recipes/checkpoint_dir.h"
 #include "recipes/checkpointer_components.h"
 #include "recipes/model_components.h"
 #include "recipes/tokenizer_components.h"
@@ -57,7 +58,7 @@ struct Run {
 
 // Writes the weights of <output_dir>/step_<step>/, then FinishCheckpoint.
 absl::Status SaveCheckpoint(const std::string& output_dir, const Run& run, RecipeState state) {
-  const std::string name = absl::StrCat("step_", state.proto.step());
+  const std::string name = CheckpointName(state.proto.step());
   const std::string dir = absl::StrCat(output_dir, "/", name);
   HfSaveOptions save_options;
   CCTUNE_RETURN_IF_ERROR(
@@ -181,7 +182,7 @@ absl::Status RunFullFinetuneRecipe(const Config& config) {
   loop.save = [&](int64_t epoch) -> absl::StatusOr<std::string> {
     CCTUNE_RETURN_IF_ERROR(
         SaveCheckpoint(output_dir, run, MakeRecipeState(progress, epoch, seed, gen, loader)));
-    return absl::StrCat(output_dir, "/step_", progress.step);
+    return absl::StrCat(output_dir, "/", CheckpointName(progress.step));
   };
   return RunTrainingLoop(loop, progress);
 }
