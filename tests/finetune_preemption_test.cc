@@ -39,7 +39,7 @@ using testing::RunProcess;
 using testing::Subprocess;
 
 // Generous: the machine may be loaded; a healthy run reaches each point in about a second.
-constexpr double kTimeoutS = 300;
+constexpr double kTimeoutS = 120;
 
 // The tiny GQA model on synthetic sums, batch 8 with 2 micro-batches: num_samples / 16 steps
 // per epoch. The runs that get signalled are long (40000 samples, 4 epochs: minutes), so the
@@ -323,9 +323,9 @@ TEST_F(FinetunePreemptionTest, SecondSignalExitsAtOnce) {
   ASSERT_TRUE(r.exit_code == 130 || r.exit_code == 143)
       << "exit " << r.exit_code << " signal " << r.term_signal << "\n" << r.err;
   const bool term_second = r.exit_code == 143;
-  const std::string first = term_second ? "SIGINT" : "SIGTERM";
   const std::string second = term_second ? "SIGTERM" : "SIGINT";
-  EXPECT_THAT(r.err, HasSubstr(first + " received: stopping after this step"));
+  // (The first handler's own message is not checked: on another thread it may lose the race
+  // with the second's _exit.)
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat(second, " received while stopping: exiting at once "
                                             "without a checkpoint (exit code ",
                                             r.exit_code, ")")));
