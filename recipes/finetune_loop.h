@@ -142,9 +142,9 @@ TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& dat
 // checkpoint. Closes the logger.
 //
 // Preemption: from the start of the loop, SIGTERM or SIGINT stops the run at the end of the
-// step in flight (or the next one, when the signal came during data loading, validation or a
-// save) with a checkpoint, as stop_after does, and returns InterruptedError naming the
-// signal, the step and the checkpoint; a second signal exits at once (training/interrupt.h).
+// step in flight (its data loading, validation and save count as part of it) with a
+// checkpoint, as stop_after does, and returns InterruptedError naming the signal, the step
+// and the checkpoint; a second signal exits at once (training/interrupt.h).
 // Disks: the leftovers of failed or killed saves are removed at the start
 // (RemoveCheckpointLeftovers); a failed save removes its own folder and ends the run with the
 // error (which names the file and the errno text) and the last good checkpoint, which LATEST
