@@ -12,7 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/util/shared_dir.h"
 #include "tokenizers/sentencepiece.h"
-#include "tokenizers/sentencepiece_bridge.h"
+#include "tokenizers/sentencepiece_model.h"
 #include "tokenizers/test_vectors.h"
 
 namespace cctune {
@@ -47,12 +47,12 @@ std::string MakeBin(const std::vector<Token>& tokens, int32_t max_len = -1) {
 
 // llama2.c's tokenizer export: SentencePiece pieces with U+2581 as a space, BOS and EOS
 // spelled "\n<s>\n" and "\n</s>\n".
-std::string BinFromSentencePiece(const internal::SentencePieceBridge& sp) {
+std::string BinFromSentencePiece(const SentencePieceModel& sp) {
   std::vector<Token> tokens;
-  for (int id = 0; id < sp.piece_size(); ++id) {
-    std::string t = sp.IdToPiece(id);
-    if (id == sp.bos_id()) t = "\n<s>\n";
-    if (id == sp.eos_id()) t = "\n</s>\n";
+  for (size_t id = 0; id < sp.pieces.size(); ++id) {
+    std::string t = sp.pieces[id].piece;
+    if (t == sp.bos_piece) t = "\n<s>\n";
+    if (t == sp.eos_piece) t = "\n</s>\n";
     std::string spaced;
     for (size_t i = 0; i < t.size();) {
       if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
@@ -62,7 +62,7 @@ std::string BinFromSentencePiece(const internal::SentencePieceBridge& sp) {
         spaced += t[i++];
       }
     }
-    tokens.push_back({spaced, sp.GetScore(id)});
+    tokens.push_back({spaced, sp.pieces[id].score});
   }
   return MakeBin(tokens);
 }
@@ -227,9 +227,8 @@ TEST(Llama2cTest, Tok512MatchesSentencePieceFixture) {
 TEST(Llama2cTest, Llama2ExportMatchesSentencePiece) {
   auto sp_path = cctune::testing::SharedFile("tokenizers/llama2/tokenizer.model");
   if (!sp_path.ok()) GTEST_SKIP() << sp_path.status();
-  std::string error;
-  auto sp = internal::SentencePieceBridge::Load(*sp_path, &error);
-  ASSERT_NE(sp, nullptr) << error;
+  auto sp = ReadSentencePieceModel(*sp_path);
+  ASSERT_TRUE(sp.ok()) << sp.status();
   auto tok = Llama2cTokenizer::FromString(BinFromSentencePiece(*sp), "llama2.bin", 32000);
   ASSERT_TRUE(tok.ok()) << tok.status();
   auto vectors = cctune::testing::LoadSharedVocabVectors("tokenizers/llama2");

@@ -1,6 +1,14 @@
-// Llama 2's tokenizer: a thin wrapper over libsentencepiece (Debian's libsentencepiece-dev).
-// Encoding and decoding are SentencePiece's own; this adds BOS/EOS, torchtune's
-// trim_leading_whitespace, range-checked ids and run.c-style pieces for streaming.
+// Llama 2's tokenizer: SentencePiece's BPE and Unigram encoders and its decoder, written out
+// here over a .model read by tokenizers/sentencepiece_model.h (no libsentencepiece, whose
+// private protobuf-lite clashed with the recipes' libprotobuf). Outputs match
+// libsentencepiece's id for id (tokenizers/sentencepiece_reference_test.cc); on top of them
+// come BOS/EOS, torchtune's trim_leading_whitespace, range-checked ids and run.c-style pieces
+// for streaming.
+//
+// Supported: model_type BPE and UNIGRAM, the identity normaliser (an empty
+// precompiled_charsmap: Llama 2, Mistral, llama2.c's tok512), byte_fallback, user-defined,
+// control and unused pieces. Anything else (NFKC charsmaps, WORD/CHAR models,
+// treat_whitespace_as_suffix, a denormaliser) is an Unimplemented error at load.
 #ifndef CCTUNE_TOKENIZERS_SENTENCEPIECE_H_
 #define CCTUNE_TOKENIZERS_SENTENCEPIECE_H_
 
@@ -14,15 +22,15 @@
 #include "tokenizers/tokenizer.h"
 
 namespace cctune {
-namespace internal {
-class SentencePieceBridge;
-}  // namespace internal
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   // Loads a SentencePiece .model; errors name the path. A model without a pad id gets 0, as
   // torchtune's Llama 2 tokenizer does.
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& path);
+  // The same from the file's bytes; `path` names it in errors.
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromString(
+      std::string_view bytes, const std::string& path);
   ~SentencePieceTokenizer() override;
 
   // Invalid UTF-8 is replaced by U+FFFD first. parse_special is ignored: SentencePiece never
@@ -43,9 +51,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   absl::Span<const int32_t> stop_tokens() const override { return stop_tokens_; }
 
  private:
-  SentencePieceTokenizer() = default;
+  struct Model;  // the pieces and their lookup tables (sentencepiece.cc)
 
-  std::unique_ptr<internal::SentencePieceBridge> sp_;
+  SentencePieceTokenizer();
+  // SentencePiece's Encode of valid UTF-8, ids appended.
+  void EncodeUtf8(std::string_view text, std::vector<int32_t>* ids) const;
+
+  std::unique_ptr<const Model> model_;
   std::string path_;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
