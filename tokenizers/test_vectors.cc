@@ -22,8 +22,9 @@ absl::StatusOr<std::string> ReadTestFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_name) {
-  const std::string rel = "tests/assets/tokenizers/" + file_name;
+namespace {
+
+std::vector<std::string> FixtureCandidates(const std::string& rel) {
   std::vector<std::string> candidates;
   if (const char* srcdir = std::getenv("TEST_SRCDIR")) {
     candidates.push_back(absl::StrCat(srcdir, "/cctune/", rel));
@@ -31,8 +32,23 @@ absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_na
   if (absl::StatusOr<std::string> root = WorkspaceRoot(); root.ok()) {
     candidates.push_back(absl::StrCat(*root, "/", rel));
   }
+  return candidates;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TokenizerFixturePath(const std::string& file_name) {
+  const std::string rel = "tests/assets/tokenizers/" + file_name;
+  for (const std::string& c : FixtureCandidates(rel)) {
+    if (std::ifstream(c).good()) return c;
+  }
+  return absl::NotFoundError(absl::StrCat("fixture ", rel));
+}
+
+absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_name) {
+  const std::string rel = "tests/assets/tokenizers/" + file_name;
   absl::StatusOr<std::string> text = absl::NotFoundError(absl::StrCat("fixture ", rel));
-  for (const std::string& c : candidates) {
+  for (const std::string& c : FixtureCandidates(rel)) {
     text = ReadTestFile(c);
     if (text.ok()) break;
   }

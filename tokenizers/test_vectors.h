@@ -32,6 +32,9 @@ struct TokenizerFixture {
   std::vector<DecodeCase> decode_cases;
 };
 
+// The path of tests/assets/tokenizers/<file_name> (runfiles first, then the source tree).
+absl::StatusOr<std::string> TokenizerFixturePath(const std::string& file_name);
+
 // tests/assets/tokenizers/<file_name>, from the runfiles or the source tree.
 absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_name);
 
