@@ -1,5 +1,6 @@
 #include "tokenizers/sentencepiece.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "core/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/status.h"
 #include "tests/util/shared_dir.h"
 #include "tokenizers/test_vectors.h"
 #include "tokenizers/utf8.h"
@@ -162,6 +164,78 @@ TEST(SentencePieceTest, LoadErrorsNameThePath) {
   auto bad = SentencePieceTokenizer::Load(garbage);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr(garbage));
+}
+
+std::string FixtureBytes(const std::string& name) {
+  auto path = cctune::testing::TokenizerFixturePath(name);
+  CCTUNE_CHECK_OK(path);
+  auto bytes = cctune::testing::ReadTestFile(*path);
+  CCTUNE_CHECK_OK(bytes);
+  return *bytes;
+}
+
+// A length-delimited field (short payloads only); a repeated message field merges into the
+// earlier one, as protobuf does, so appending one edits the model.
+std::string Field(int number, const std::string& payload) {
+  CCTUNE_CHECK(payload.size() < 128);
+  return std::string(1, static_cast<char>(number << 3 | 2)) +
+         std::string(1, static_cast<char>(payload.size())) + payload;
+}
+
+TEST(SentencePieceTest, UnsupportedModelsAreUnimplementedAtLoad) {
+  const std::string bpe = FixtureBytes("sp_bpe.model");
+  ASSERT_TRUE(SentencePieceTokenizer::FromString(bpe, "ok.model").ok());
+  // normalizer_spec { name: "nmt_nfkc" precompiled_charsmap: "..." }
+  auto nfkc = SentencePieceTokenizer::FromString(
+      bpe + Field(3, Field(1, "nmt_nfkc") + Field(2, "charsmap")), "/x/nfkc.model");
+  EXPECT_EQ(nfkc.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(nfkc.status().message()), HasSubstr("/x/nfkc.model"));
+  EXPECT_THAT(std::string(nfkc.status().message()), HasSubstr("nmt_nfkc"));
+  // trainer_spec { model_type: WORD }
+  auto word = SentencePieceTokenizer::FromString(bpe + Field(2, std::string("\x18\x03", 2)),
+                                                 "/x/word.model");
+  EXPECT_EQ(word.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(word.status().message()), HasSubstr("/x/word.model"));
+  // trainer_spec { bos_piece: "<nope>" } (field 46: a two-byte tag): no bos.
+  auto no_bos = SentencePieceTokenizer::FromString(bpe + Field(2, "\xF2\x02\x06<nope>"),
+                                                   "/x/nobos.model");
+  EXPECT_EQ(no_bos.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(no_bos.status().message()), HasSubstr("lacks bos"));
+  // Garbage and truncations are InvalidArgument naming the file (the fuzzer covers the rest).
+  auto cut = SentencePieceTokenizer::FromString(bpe.substr(0, bpe.size() / 2 + 1), "/x/cut.model");
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cut.status().message()), HasSubstr("/x/cut.model"));
+}
+
+TEST(SentencePieceTest, FixtureBpeSpecialPieces) {
+  auto tok = SentencePieceTokenizer::FromString(FixtureBytes("sp_bpe.model"), "sp_bpe.model");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->pad_id(), 3);  // the model has one
+  EXPECT_EQ((*tok)->bos_id(), 1);
+  // The user-defined piece is one id wherever it appears; "<s>" text is never the BOS id.
+  const std::vector<int32_t> ids = (*tok)->Encode("ka<tool>lo <s>", false, false);
+  EXPECT_THAT(ids, ::testing::Contains(4));
+  EXPECT_THAT(ids, ::testing::Not(::testing::Contains(1)));
+  // A character outside the vocabulary falls back to its UTF-8 bytes (<0xXX> = id 5 + byte).
+  const std::vector<int32_t> emoji = (*tok)->Encode("\xF0\x9F\xA6\x80", false, false);
+  ASSERT_GE(emoji.size(), 4u);
+  EXPECT_THAT(std::vector<int32_t>(emoji.end() - 4, emoji.end()),
+              ElementsAre(5 + 0xF0, 5 + 0x9F, 5 + 0xA6, 5 + 0x80));
+  EXPECT_EQ(*(*tok)->Decode(emoji), "\xF0\x9F\xA6\x80");
+}
+
+TEST(SentencePieceTest, FixtureUnigramMergesUnknownRuns) {
+  auto tok =
+      SentencePieceTokenizer::FromString(FixtureBytes("sp_unigram.model"), "sp_unigram.model");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->pad_id(), 0);  // none in the model
+  // Three unknown characters in a row are one <unk> (id 0), decoded as " \xE2\x81\x87 ".
+  const std::vector<int32_t> ids = (*tok)->Encode("ka\xE3\x81\x82\xE3\x81\x84\xE3\x81\x86", false, false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 0), 1);
+  EXPECT_EQ(ids.back(), 0);
+  EXPECT_EQ(*(*tok)->Decode(ids), "ka \xE2\x81\x87 ");
+  // Extra spaces fold away with this model's normaliser.
+  EXPECT_EQ((*tok)->Encode("  ka   lo  ", false, false), (*tok)->Encode("ka lo", false, false));
 }
 
 }  // namespace
