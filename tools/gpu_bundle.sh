@@ -12,7 +12,7 @@
 # DEST holds run.sh (see its header), MANIFEST.txt, tests.txt / benches.txt and
 # payload.tar.gz: bin/ (the stripped binaries) and lib/ (every shared library they load that
 # the GPU machine is not expected to have: Bazel's own _solib libraries, abseil, protobuf,
-# yaml-cpp, OpenBLAS + libgfortran, gtest, benchmark, sentencepiece, libgomp, libcudart, ...),
+# yaml-cpp, OpenBLAS + libgfortran, gtest, benchmark, libgomp, libcudart, ...),
 # which run.sh unpacks into a temporary folder. Left out on purpose, to come from the GPU machine: glibc (libc, libm,
 # libpthread, libdl, librt, ld-linux), libstdc++ and libgcc_s (newer there: Ubuntu 24.04,
 # glibc 2.39, against Debian 12's 2.36 here), the driver (libcuda, libnvidia-*) and cuBLAS
