@@ -1,5 +1,6 @@
 #include "tokenizers/sentencepiece_model.h"
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -19,6 +20,10 @@ enum TrainerField {
   kModelType = 3,
   kTreatWhitespaceAsSuffix = 24,
   kByteFallback = 35,
+  kUnkId = 40,
+  kBosId = 41,
+  kEosId = 42,
+  kPadId = 43,
   kUnkSurface = 44,
   kUnkPiece = 45,
   kBosPiece = 46,
@@ -106,6 +111,16 @@ class WireReader {
   absl::Status String(const Field& f, std::string* out) const {
     CCTUNE_RETURN_IF_ERROR(Expect(f, kLengthDelimited));
     out->assign(f.bytes.data(), f.bytes.size());
+    return absl::OkStatus();
+  }
+  // An int32 (negative values are ten-byte varints); anything wider is out of range.
+  absl::Status Int32(const Field& f, absl::string_view name, int32_t* out) const {
+    CCTUNE_RETURN_IF_ERROR(Expect(f, kVarint));
+    const int64_t v = static_cast<int64_t>(f.varint);
+    if (v < INT32_MIN || v > INT32_MAX) {
+      return Error(field_start_, absl::StrCat(name, " ", v, " is out of the int32 range"));
+    }
+    *out = static_cast<int32_t>(v);
     return absl::OkStatus();
   }
   absl::Status Float(const Field& f, float* out) const {
@@ -212,6 +227,18 @@ absl::Status ParseTrainerSpec(std::string_view file, std::string_view bytes,
       case kByteFallback:
         CCTUNE_RETURN_IF_ERROR(r.Bool(f, &model->byte_fallback));
         break;
+      case kUnkId:
+        CCTUNE_RETURN_IF_ERROR(r.Int32(f, "unk_id", &model->unk_id));
+        break;
+      case kBosId:
+        CCTUNE_RETURN_IF_ERROR(r.Int32(f, "bos_id", &model->bos_id));
+        break;
+      case kEosId:
+        CCTUNE_RETURN_IF_ERROR(r.Int32(f, "eos_id", &model->eos_id));
+        break;
+      case kPadId:
+        CCTUNE_RETURN_IF_ERROR(r.Int32(f, "pad_id", &model->pad_id));
+        break;
       case kUnkSurface:
         CCTUNE_RETURN_IF_ERROR(r.String(f, &model->unk_surface));
         break;
@@ -312,6 +339,17 @@ absl::Status CheckPieces(const SentencePieceModel& model, const std::string& pat
     }
   }
   if (unk_id < 0) return Invalid(path, "no piece has type UNKNOWN");
+  const int64_t n = static_cast<int64_t>(model.pieces.size());
+  for (const auto& [name, id] : {std::pair<const char*, int32_t>{"unk_id", model.unk_id},
+                                 {"bos_id", model.bos_id},
+                                 {"eos_id", model.eos_id},
+                                 {"pad_id", model.pad_id}}) {
+    if (id < -1 || id >= n) {
+      return Invalid(path, absl::StrCat("trainer_spec.", name, " ", id,
+                                        " is neither -1 nor a piece id (the model has ", n,
+                                        " pieces)"));
+    }
+  }
   if (model.byte_fallback) {
     for (int b = 0; b < 256; ++b) {
       if (!bytes_found[b]) {

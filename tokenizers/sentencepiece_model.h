@@ -42,6 +42,12 @@ struct SentencePieceModel {
   ModelType model_type = ModelType::kUnigram;
   bool byte_fallback = false;
   bool treat_whitespace_as_suffix = false;
+  // The trainer's *_id fields (checked to name a piece or be -1). SentencePiece resolves
+  // bos/eos/pad/unk through the piece names below, not these, and so do we.
+  int32_t unk_id = 0;
+  int32_t bos_id = 1;
+  int32_t eos_id = 2;
+  int32_t pad_id = -1;
   // SentencePiece resolves bos/eos/pad/unk through these piece names, not the *_id fields.
   std::string unk_piece = "<unk>";
   std::string bos_piece = "<s>";
@@ -61,7 +67,8 @@ struct SentencePieceModel {
 
 // Parses a serialized ModelProto. `path` only names the file in errors. Checks the wire
 // format and what SentencePiece checks at load: non-empty unique pieces, exactly one UNKNOWN
-// piece, BYTE pieces "<0xXX>" only with byte_fallback, and then all 256 of them.
+// piece, BYTE pieces "<0xXX>" only with byte_fallback, and then all 256 of them; and that the
+// trainer's special ids are -1 or a piece id.
 absl::StatusOr<SentencePieceModel> ParseSentencePieceModel(std::string_view bytes,
                                                            const std::string& path);
 

@@ -125,6 +125,12 @@ TEST(SentencePieceModelTest, FieldValuesOutOfRange) {
   ExpectInvalid(MinimalModel() + Piece("b", 0, 9), "type 9 is out of range [1, 6]");
   ExpectInvalid(MinimalModel() + Piece("b", 0, -1), "out of range");
   ExpectInvalid(MinimalModel() + Len(2, VarintField(3, 7)), "model_type 7 is out of range");
+  ExpectInvalid(MinimalModel() + Len(2, VarintField(41, 4)),
+                "trainer_spec.bos_id 4 is neither -1 nor a piece id (the model has 4 pieces)");
+  ExpectInvalid(MinimalModel() + Len(2, VarintField(43, -2)), "trainer_spec.pad_id -2");
+  ExpectInvalid(MinimalModel() + Len(2, VarintField(40, int64_t{1} << 40)),
+                "unk_id 1099511627776 is out of the int32 range");
+  EXPECT_TRUE(Parse(MinimalModel() + Len(2, VarintField(43, -1))).ok());
 }
 
 TEST(SentencePieceModelTest, PieceTableErrors) {
