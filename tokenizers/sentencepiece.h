@@ -6,7 +6,7 @@
 // for streaming.
 //
 // Supported: model_type BPE and UNIGRAM, the identity normaliser (an empty
-// precompiled_charsmap: Llama 2, Mistral, llama2.c's tok512), byte_fallback, user-defined,
+// precompiled_charsmap: Llama 2, llama2.c's tok512), byte_fallback, user-defined,
 // control and unused pieces. Anything else (NFKC charsmaps, WORD/CHAR models,
 // treat_whitespace_as_suffix, a denormaliser) is an Unimplemented error at load.
 #ifndef CCTUNE_TOKENIZERS_SENTENCEPIECE_H_

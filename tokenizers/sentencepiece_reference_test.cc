@@ -4,7 +4,7 @@
 // UTF-8 (which our Tokenizer API first replaces with U+FFFD, so the reference is given the
 // replaced text). Also decodes random id sequences (control, byte and unknown ids included).
 // Models: Llama 2's and stories260K's tok512 from ../shared (skipped when absent) and the two
-// committed fixtures (tools/golden/make_sentencepiece_fixture.py). This binary links
+// committed fixtures (tools/golden/make_sentencepiece_fixture.py), also with UNUSED pieces. This binary links
 // libsentencepiece and must not link libprotobuf.
 #include <cstdio>
 #include <memory>
@@ -223,6 +223,15 @@ TEST(SentencePieceReferenceTest, FixtureUnigramMatchesLibsentencepiece) {
   auto path = cctune::testing::TokenizerFixturePath("sp_unigram.model");
   ASSERT_TRUE(path.ok()) << path.status();
   CompareWithReference(*path, 4000, 4);
+}
+
+// Hand-edited models with UNUSED pieces: BPE must resegment merges that went through them.
+TEST(SentencePieceReferenceTest, FixturesWithUnusedPiecesMatchLibsentencepiece) {
+  for (const char* name : {"sp_bpe_unused.model", "sp_unigram_unused.model"}) {
+    auto path = cctune::testing::TokenizerFixturePath(name);
+    ASSERT_TRUE(path.ok()) << path.status();
+    CompareWithReference(*path, 3000, 5);
+  }
 }
 
 }  // namespace

@@ -6,11 +6,16 @@
   sp_unigram.model  Unigram, 300 pieces, no byte_fallback (unknown characters become <unk>),
                     default whitespace folding, a user-defined "[sep]", a control "<ctl>".
 
+  sp_bpe_unused.model, sp_unigram_unused.model: the same with every 7th multi-character
+                    NORMAL piece marked UNUSED (SentencePiece's trainer never writes UNUSED
+                    pieces, but models edited by hand do): BPE merges through them and splits
+                    them again, Unigram skips them.
+
 They are small independent references for tokenizers/sentencepiece_reference_test.cc (which
 compares cctune's encoder with libsentencepiece on them) and the tokenizer files of
 tests/tokenizer_recipes_test.cc. The C++ tests never run Python.
 
-    pip install sentencepiece
+    pip install sentencepiece protobuf
     python3 tools/golden/make_sentencepiece_fixture.py   # from the repository root
 """
 import io
@@ -18,6 +23,7 @@ import os
 import random
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "assets", "tokenizers")
@@ -63,6 +69,21 @@ def train(name, **kwargs):
     print(f"{path}: {sp.get_piece_size()} pieces, {len(model.getvalue())} bytes")
 
 
+def mark_unused(name, out_name):
+    model = sentencepiece_model_pb2.ModelProto()
+    with open(os.path.join(OUT, name), "rb") as f:
+        model.ParseFromString(f.read())
+    normal = [p for p in model.pieces
+              if p.type == sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
+              and len(p.piece) > 1]
+    for p in normal[::7]:
+        p.type = sentencepiece_model_pb2.ModelProto.SentencePiece.UNUSED
+    path = os.path.join(OUT, out_name)
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    print(f"{path}: {len(normal[::7])} pieces marked UNUSED")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     train("sp_bpe.model", model_type="bpe", vocab_size=400, byte_fallback=True,
@@ -70,6 +91,8 @@ def main():
           pad_id=3, character_coverage=1.0)
     train("sp_unigram.model", model_type="unigram", vocab_size=300, byte_fallback=False,
           user_defined_symbols=["[sep]"], control_symbols=["<ctl>"], character_coverage=0.98)
+    mark_unused("sp_bpe.model", "sp_bpe_unused.model")
+    mark_unused("sp_unigram.model", "sp_unigram_unused.model")
 
 
 if __name__ == "__main__":
