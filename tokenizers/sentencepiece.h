@@ -38,10 +38,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   // and drops the ids of "\n", which removes the dummy-prefix space (torchtune's trick).
   void EncodeAppend(std::string_view text, const EncodeOptions& options,
                     std::vector<int32_t>* ids) const override;
-  // SentencePiece's decode: control ids vanish, byte pieces join into characters.
+  // SentencePiece's decode: control ids vanish, byte pieces join into characters (one U+FFFD
+  // per byte that does not), "▁" becomes a space and the first piece's leading one is
+  // dropped, unknown ids give the model's unk_surface (" ⁇ " by default).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   // "▁" becomes a space, dropped at the start of the text (prev_id < 0) and after BOS, as in
-  // llama2.c's run.c; byte pieces give their byte; control ids give "".
+  // llama2.c's run.c; byte pieces give their byte; control ids give ""; unknown ids give
+  // unk_surface, as in Decode.
   absl::StatusOr<std::string> DecodePiece(int32_t id, int32_t prev_id) const override;
 
   int32_t bos_id() const override { return bos_id_; }
