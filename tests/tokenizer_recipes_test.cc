@@ -196,6 +196,9 @@ quantizer: null
     const ProcessResult r = Run(recipe, FinetuneConfig(out, lora), via_cli);
     EXPECT_EQ(r.exit_code, 0) << what << "\nstderr:\n" << r.err;
     if (r.exit_code != 0) return "";
+    // (The progress bar, with the loss, is drawn only on a terminal; the metric log has it.)
+    EXPECT_THAT(r.err, HasSubstr("8 samples, 1 steps per epoch")) << what;
+    EXPECT_THAT(r.err, HasSubstr("Saved checkpoint " + out + "/step_1")) << what;
     // The loss of the one step, logged and finite.
     std::istringstream log(ReadFile(out + "/logs/metrics.jsonl"));
     std::string line;
