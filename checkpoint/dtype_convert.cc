@@ -1,9 +1,10 @@
 #include "checkpoint/dtype_convert.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
+
+#include "kernels/cpu/isa.h"
 
 namespace cctune {
 namespace {
@@ -84,23 +85,8 @@ __attribute__((target("avx,f16c"))) void F16ToF32RangeF16c(float* d, const f16* 
   for (; i < end; ++i) d[i] = F16ToFloat(s[i]);
 }
 
-// CPUID leaf 1: AVX (ECX bit 28), F16C (bit 29), and the OS saving YMM state (OSXSAVE,
-// bit 27, with XCR0 bits 1-2). Spelled out because clang 14's __builtin_cpu_supports does
-// not know "f16c".
-bool DetectF16c() {
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-  const bool avx = ecx & (1u << 28), f16c = ecx & (1u << 29), osxsave = ecx & (1u << 27);
-  if (!avx || !f16c || !osxsave) return false;
-  unsigned lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0x6u) == 0x6u;
-}
-
-bool HasF16c() {
-  static const bool has = DetectF16c();
-  return has;
-}
+// F16C comes with the avx2 level (kernels/cpu/isa.h), so CCTUNE_CPU_ISA=scalar turns it off.
+bool HasF16c() { return cpu::IsaSupported(cpu::IsaLevel::kAvx2); }
 
 template <typename D, typename S>
 void Dispatch(void* dst, const void* src, int64_t n) {

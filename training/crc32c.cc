@@ -77,6 +77,9 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cExtendSse42(uint32_t crc, const
   return ~static_cast<uint32_t>(c);
 }
 
+// Hardware-only on purpose, not through kernels/cpu/isa.h: CRC32C is integer arithmetic, so
+// both paths give the same bits (crc32c_test checks them against each other), and SSE4.2 is
+// in every x86-64-v2 CPU; forcing an ISA level could not change a result.
 bool HasSse42Crc32c() {
   static const bool has = __builtin_cpu_supports("sse4.2");
   return has;

@@ -15,9 +15,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/isa.h"
 
 // Each SIMD path is compiled for its own instruction set through function attributes, so this
-// file builds with any -march and the paths are picked at run time (__builtin_cpu_supports).
+// file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
 #define CCTUNE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define CCTUNE_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
@@ -635,21 +636,10 @@ CCTUNE_TARGET_AVX512BF16 void Bf16DotRange(const NtArgs& p, const bf16* a16, int
 // ---------------------------------------------------------------------------------------------
 // Drivers.
 
-bool CpuHasAvx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok;
-}
-bool CpuHasAvx512() {
-  static const bool ok = CpuHasAvx2() && __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512dq");
-  return ok;
-}
-bool CpuHasAvx512Bf16() {
-  static const bool ok = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
-  return ok;
-}
+// Run-time levels come from kernels/cpu/isa (CCTUNE_CPU_ISA can lower them).
+bool CpuHasAvx2() { return IsaSupported(IsaLevel::kAvx2); }
+bool CpuHasAvx512() { return IsaSupported(IsaLevel::kAvx512); }
+bool CpuHasAvx512Bf16() { return IsaSupported(IsaLevel::kAvx512Bf16); }
 
 // Per-call scratch: A rounded to bf16 (kAvx512Bf16) or permuted even/odd (kAvx512, bf16 B).
 struct StreamScratch {

@@ -53,9 +53,10 @@ enum class GemmIsa {
 };
 
 const char* GemmIsaName(GemmIsa isa);
-// Whether this CPU (and this build) can run `isa`. kAuto, kScalar and kBlas are always true.
+// Whether `isa` may run now: the CPU's level, lowered by CCTUNE_CPU_ISA or a ScopedIsaLevel
+// (kernels/cpu/isa.h). kAuto, kScalar and kBlas are always true.
 bool GemmIsaSupported(GemmIsa isa);
-// The path kAuto resolves to for the streaming kernel on this CPU (kAvx512, kAvx2 or kScalar).
+// The path kAuto resolves to for the streaming kernel now (kAvx512, kAvx2 or kScalar).
 GemmIsa BestGemmIsa();
 
 // GemmNT with the path forced. Aborts if `isa` is not supported here.

@@ -1,0 +1,72 @@
+// The one place that decides which instruction-set level the CPU kernels may use.
+//
+// Every run-time dispatch (GEMM tiles, f16 conversion, ...) asks IsaSupported() instead of
+// querying the CPU itself, so a level can be forced for a whole process:
+//
+//   CCTUNE_CPU_ISA=scalar|avx2|avx512|avx512_bf16
+//
+// A level above what the CPU has is clamped down to the CPU's (one warning on stderr naming
+// both); an unknown value aborts at first use with a message listing the allowed values, so a
+// typo never silently runs the native paths. Running the suite with CCTUNE_CPU_ISA=avx2 on an
+// AVX-512 machine takes the paths an AVX2-only machine (Zen 3) takes; see the avx2/scalar
+// configs in .bazelrc, which also lower -march and OpenBLAS's core type.
+//
+// Code compiled for the build's -march (auto-vectorised loops, `#if __F16C__`) is not
+// affected: that is the build configuration's business, not the run time's.
+#ifndef CCTUNE_KERNELS_CPU_ISA_H_
+#define CCTUNE_KERNELS_CPU_ISA_H_
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cctune::cpu {
+
+// Ordered: each level includes the ones below it.
+enum class IsaLevel {
+  kScalar = 0,      // portable C++ only
+  kAvx2 = 1,        // AVX2 + FMA + F16C (x86-64-v3; Haswell, Zen 1-3)
+  kAvx512 = 2,      // + AVX-512 F/BW/VL/DQ (Skylake-X, Zen 4)
+  kAvx512Bf16 = 3,  // + AVX512_BF16 (Cooper Lake, Sapphire Rapids, Zen 4)
+};
+
+inline constexpr IsaLevel kAllIsaLevels[] = {IsaLevel::kScalar, IsaLevel::kAvx2,
+                                             IsaLevel::kAvx512, IsaLevel::kAvx512Bf16};
+
+// "scalar", "avx2", "avx512", "avx512_bf16" (the CCTUNE_CPU_ISA spellings).
+const char* IsaLevelName(IsaLevel level);
+// The inverse of IsaLevelName; InvalidArgument listing the allowed values otherwise.
+absl::StatusOr<IsaLevel> ParseIsaLevel(std::string_view name);
+
+// What the CPU (and OS: saved YMM/ZMM state) supports, from CPUID; ignores the environment.
+IsaLevel CpuIsaLevel();
+// The process's ceiling: CpuIsaLevel() lowered by CCTUNE_CPU_ISA. Read once. Aborts with a
+// message on an unknown CCTUNE_CPU_ISA value.
+IsaLevel MaxIsaLevel();
+// The level dispatch uses now: MaxIsaLevel(), or a ScopedIsaLevel's while one is alive.
+IsaLevel ActiveIsaLevel();
+// Whether code of `level` may run now (level <= ActiveIsaLevel()).
+inline bool IsaSupported(IsaLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(ActiveIsaLevel());
+}
+// The levels <= MaxIsaLevel(), lowest first.
+std::vector<IsaLevel> SupportedIsaLevels();
+
+// Lowers the active level for its lifetime (tests: run one kernel at each level). `level`
+// must be <= MaxIsaLevel() (CHECK). Process-wide, not per thread: create it outside parallel
+// regions, and do not let two overlap on different threads. Nesting restores in LIFO order.
+class ScopedIsaLevel {
+ public:
+  explicit ScopedIsaLevel(IsaLevel level);
+  ~ScopedIsaLevel();
+  ScopedIsaLevel(const ScopedIsaLevel&) = delete;
+  ScopedIsaLevel& operator=(const ScopedIsaLevel&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace cctune::cpu
+
+#endif  // CCTUNE_KERNELS_CPU_ISA_H_
