@@ -10,17 +10,26 @@ CCTUNE_COPTS = [
     "-Wno-missing-field-initializers",
 ]
 
+# The target CPU. It lives here, not in .bazelrc's --copt, because a later --copt cannot take
+# an earlier one back: --config=avx2 / scalar / portable (--define=cctune_march=...) must
+# replace -march=native, not follow it, so that no compile action of theirs sees "native".
+CCTUNE_MARCH_COPTS = select({
+    "//tools:march_x86_64_v3": ["-march=x86-64-v3"],
+    "//tools:march_x86_64_v2": ["-march=x86-64-v2"],
+    "//conditions:default": ["-march=native"],
+})
+
 def cctune_cc_library(name, copts = [], **kwargs):
-    cc_library(name = name, copts = CCTUNE_COPTS + copts, **kwargs)
+    cc_library(name = name, copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts, **kwargs)
 
 def cctune_cc_binary(name, copts = [], **kwargs):
-    cc_binary(name = name, copts = CCTUNE_COPTS + copts, **kwargs)
+    cc_binary(name = name, copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts, **kwargs)
 
 def cctune_cc_test(name, deps = [], copts = [], size = "small", **kwargs):
     """A GoogleTest test with gmock and gtest_main."""
     cc_test(
         name = name,
-        copts = CCTUNE_COPTS + copts,
+        copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts,
         size = size,
         deps = deps + ["@gtest_main//:lib", "@gtest//:lib"],
         **kwargs
@@ -30,7 +39,7 @@ def cctune_cc_benchmark(name, deps = [], copts = [], **kwargs):
     """A Google Benchmark binary (bazel run it; it is not a test)."""
     cc_binary(
         name = name,
-        copts = CCTUNE_COPTS + copts,
+        copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts,
         deps = deps + ["@benchmark//:lib"],
         **kwargs
     )

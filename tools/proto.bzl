@@ -1,5 +1,7 @@
 """cc_proto: runs the system protoc from a genrule and wraps the C++ output in a cc_library."""
 
+load("//tools:build_defs.bzl", "CCTUNE_MARCH_COPTS")
+
 def cc_proto(name, src, deps = [], **kwargs):
     base = src[:-len(".proto")]
     native.genrule(
@@ -15,5 +17,6 @@ def cc_proto(name, src, deps = [], **kwargs):
         srcs = [base + ".pb.cc"],
         hdrs = [base + ".pb.h"],
         deps = deps + ["@protobuf//:lib"],
+        copts = CCTUNE_MARCH_COPTS,
         **kwargs
     )

@@ -6,6 +6,7 @@ if_cuda() lets callers add CUDA-only dependencies and defines.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_ENABLED", "CUDA_ROOT", "NVCC")
+load("//tools:build_defs.bzl", "CCTUNE_MARCH_COPTS")
 
 NVCC_FLAGS = [
     "-std=c++17",
@@ -65,7 +66,7 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], **kwargs):
         srcs = cc_srcs + objs,
         hdrs = hdrs,
         deps = deps + ["@local_cuda//:cudart"],
-        copts = copts,
+        copts = CCTUNE_MARCH_COPTS + copts,
         defines = ["CCTUNE_WITH_CUDA=1"],
         alwayslink = 1,
         **kwargs
