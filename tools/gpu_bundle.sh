@@ -20,16 +20,21 @@
 # libcudart (<1 MB) is carried so the runtime matches the 13.0 headers the kernels were built
 # against; the driver there (580) supports CUDA 13.0.
 #
-# Code is built with -march=x86-64-v3 (AVX2/FMA) instead of .bazelrc's -march=native, since
-# this machine has AVX-512 and the GPU host's CPU model is not known; override with
-# GPU_BUNDLE_MARCH=native (or any -march value). Bazel output base: $GPU_BUNDLE_OUTPUT_BASE,
-# default ~/.cache/bazel_ob/gpubundle (a separate one, so other builds' outputs are untouched).
+# Code is built with --config=portable (-march=x86-64-v2, generic tuning) instead of the
+# default -march=native: the GPU host's CPU model is not known, and the SIMD kernels still
+# pick AVX2 / AVX-512 there at run time (kernels/cpu/isa.h). Before building, `bazel aquery`
+# checks every compile action of the bundle's targets: the script stops if -march=native
+# reaches any of them. (A --copt=-march=... appended after .bazelrc's would not do: a config
+# has to replace -march, see CCTUNE_MARCH_COPTS in tools/build_defs.bzl.) Another config:
+# GPU_BUNDLE_CONFIG=avx2 (x86-64-v3). Bazel output base: $GPU_BUNDLE_OUTPUT_BASE, default
+# ~/.cache/bazel_ob/gpubundle (a separate one, so other builds' outputs are untouched).
+# GPU_BUNDLE_CHECK_ONLY=1 stops after the flag check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="${1:-$ROOT/gpu_bundle}"
 OUTPUT_BASE="${GPU_BUNDLE_OUTPUT_BASE:-$HOME/.cache/bazel_ob/gpubundle}"
-MARCH="${GPU_BUNDLE_MARCH:-x86-64-v3}"
+CONFIG="${GPU_BUNDLE_CONFIG:-portable}"
 MAX_MB=40  # the run tool carries 64 MiB in all, the working tree (~8 MB) included
 
 # Test binaries, then benchmarks (run.sh runs them in this order).
@@ -59,8 +64,25 @@ cd "$ROOT"
 [[ -x /usr/local/cuda/bin/nvcc || -n "${CUDA_PATH:-}" ]] ||
   die "no CUDA toolkit here (/usr/local/cuda or \$CUDA_PATH): the cuda libraries would build empty"
 
-BAZEL_FLAGS=(--copt="-march=$MARCH" --symlink_prefix=/)
-echo "== bazel build (output base $OUTPUT_BASE, -march=$MARCH)"
+BAZEL_FLAGS=(--config="$CONFIG" --symlink_prefix=/)
+[[ "$CONFIG" != native ]] || die "GPU_BUNDLE_CONFIG=native: the bundle runs on another host"
+
+# Every C++ compile action of the bundle must carry one -march, and never "native".
+echo "== bazel aquery: -march of the compile actions (--config=$CONFIG)"
+targets="$(printf ' + %s' "${TESTS[@]}" "${BENCHES[@]}")"
+AQUERY="$(bazel --output_base="$OUTPUT_BASE" aquery "${BAZEL_FLAGS[@]}" --output=text \
+  "mnemonic('CppCompile', deps(${targets# + }))" 2>/dev/null)" || die "bazel aquery failed"
+compiles="$(grep -c "^action 'Compiling" <<<"$AQUERY" || true)"
+marches="$(grep -o -- '-march=[A-Za-z0-9_.-]*' <<<"$AQUERY" | sort | uniq -c | tr -s ' \n' ' ')"
+echo "   $compiles compile actions; $marches"
+(( compiles > 0 )) || die "aquery found no compile actions"
+if grep -q -- '-march=native' <<<"$AQUERY"; then
+  die "-march=native reaches $(grep -c -- '-march=native' <<<"$AQUERY") compile actions of the bundle"
+fi
+MARCH="$(grep -o -- '-march=[A-Za-z0-9_.-]*' <<<"$AQUERY" | sort -u | tr '\n' ' ')"
+[[ -z "${GPU_BUNDLE_CHECK_ONLY:-}" ]] || { echo "== flags ok (GPU_BUNDLE_CHECK_ONLY: not building)"; exit 0; }
+
+echo "== bazel build (output base $OUTPUT_BASE, --config=$CONFIG: $MARCH)"
 bazel --output_base="$OUTPUT_BASE" build "${BAZEL_FLAGS[@]}" "${TESTS[@]}" "${BENCHES[@]}"
 BIN_DIR="$(bazel --output_base="$OUTPUT_BASE" info "${BAZEL_FLAGS[@]}" bazel-bin 2>/dev/null)"
 grep -q 'CUDA_ENABLED = True' "$OUTPUT_BASE/external/local_cuda/defs.bzl" ||
@@ -114,7 +136,7 @@ max_ver() {
 {
   echo "cctune GPU bundle, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
-  echo "march: $MARCH; nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
+  echo "config: $CONFIG ($MARCH, run-time SIMD dispatch); nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo '?')"
   echo "needs from the GPU machine: $(max_ver GLIBC) or newer, $(max_ver GLIBCXX) or newer," \
     "libgcc_s, the NVIDIA driver (libcuda), libcublas.so.13 + libcublasLt.so.13"
   echo "unpacked: $(du -sk "$STAGE" | cut -f1) KiB in $(ls "$STAGE/bin" | wc -l) binaries and $(ls "$STAGE/lib" | wc -l) libraries (payload.tar.gz)"
