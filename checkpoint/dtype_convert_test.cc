@@ -6,6 +6,8 @@
 
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_test_util.h"
 
 namespace cctune {
 namespace {
@@ -24,7 +26,10 @@ double HalfToDouble(uint16_t h) {
   return sign ? -v : v;
 }
 
-TEST(DTypeConvertTest, EveryF16AndBf16ValueToF32) {
+// f16 -> f32 takes F16C from the avx2 level up, portable code below it: both must be exact.
+class DTypeConvertLevelTest : public testing::IsaLevelTest {};
+
+TEST_P(DTypeConvertLevelTest, EveryF16AndBf16ValueToF32) {
   // All 65536 patterns, repeated so the parallel chunks and vector tails are exercised.
   const int64_t n = 65536 * 3 + 5;
   std::vector<uint16_t> src(n);
@@ -48,7 +53,7 @@ TEST(DTypeConvertTest, EveryF16AndBf16ValueToF32) {
   }
 }
 
-TEST(DTypeConvertTest, AllPairsMatchScalarReference) {
+TEST_P(DTypeConvertLevelTest, AllPairsMatchScalarReference) {
   const DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16,
                           DType::kI32, DType::kI64,  DType::kBool};
   Generator gen(21);
@@ -76,6 +81,8 @@ TEST(DTypeConvertTest, AllPairsMatchScalarReference) {
     }
   }
 }
+
+CCTUNE_INSTANTIATE_ISA_LEVELS(DTypeConvertLevelTest);
 
 TEST(DTypeConvertTest, F32ToBf16RoundsToNearestEven) {
   const float vals[] = {1.0f, 1.00390625f /* tie, rounds down */, 1.01171875f /* tie, up */,

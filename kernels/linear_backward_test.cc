@@ -8,6 +8,7 @@
 
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/op_test_util.h"
 #include "kernels/ops.h"
 
@@ -51,11 +52,11 @@ Shape WithLast(Shape s, int64_t last) {
   return s;
 }
 
-// (x dtype, w dtype, layout of every tensor)
-class LinearBackwardTest : public ::testing::TestWithParam<std::tuple<DType, DType, Layout>> {};
+// (ISA level of the GEMM, x dtype, w dtype, layout of every tensor)
+class LinearBackwardTest : public testing::IsaLevelTupleTest<DType, DType, Layout> {};
 
 TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
-  const auto [xdt, wdt, layout] = GetParam();
+  const auto [level, xdt, wdt, layout] = GetParam();
   Generator gen(101);
   const std::vector<Case> cases = {
       {{1}, 1, 1}, {{3}, 7, 5}, {{2, 5}, 33, 17}, {{4}, 16, 1}, {{1}, 5, 9}};
@@ -100,13 +101,15 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     DTypes, LinearBackwardTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+    ::testing::Combine(::testing::ValuesIn(cpu::kAllIsaLevels),
+                       ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::ValuesIn(testing::kAllLayouts)),
     [](const ::testing::TestParamInfo<LinearBackwardTest::ParamType>& info) {
-      return absl::StrCat("x_", DTypeName(std::get<0>(info.param)), "_w_",
-                          DTypeName(std::get<1>(info.param)), "_",
-                          testing::LayoutName(std::get<2>(info.param)));
+      return absl::StrCat(cpu::IsaLevelName(std::get<0>(info.param)), "_x_",
+                          DTypeName(std::get<1>(info.param)), "_w_",
+                          DTypeName(std::get<2>(info.param)), "_",
+                          testing::LayoutName(std::get<3>(info.param)));
     });
 
 // fp64 reference gradients: dx = dy·w, dw = dyᵀ·x, dbias = sum_rows dy.
@@ -128,7 +131,9 @@ void ReferenceGrads(const std::vector<double>& x, const std::vector<double>& w,
   }
 }
 
-TEST(LinearBackwardLargeTest, BlasPathMatchesReference) {
+class LinearBackwardLargeTest : public testing::IsaLevelTest {};
+
+TEST_P(LinearBackwardLargeTest, BlasPathMatchesReference) {
   // Enough rows for the multi-threaded OpenBLAS route; bf16 x is converted to f32 rows.
   Generator gen(102);
   const int64_t m = 300, k = 200, n = 150;
@@ -148,7 +153,7 @@ TEST(LinearBackwardLargeTest, BlasPathMatchesReference) {
   }
 }
 
-TEST(LinearBackwardLargeTest, BlockedBf16WeightsForDx) {
+TEST_P(LinearBackwardLargeTest, BlockedBf16WeightsForDx) {
   // A bf16 weight of more than 2^22 elements is converted to f32 in several blocks of rows.
   Generator gen(103);
   const int64_t m = 3, k = 64, n = 70001;
@@ -168,7 +173,9 @@ TEST(LinearBackwardLargeTest, BlockedBf16WeightsForDx) {
   ExpectGradClose(Values(dx), want, 1e-4, "blocked bf16 dx");
 }
 
-TEST(LinearBackwardTest, OptionalOutputsAndAccumulation) {
+CCTUNE_INSTANTIATE_ISA_LEVELS(LinearBackwardLargeTest);
+
+TEST(LinearBackwardOptionsTest, OptionalOutputsAndAccumulation) {
   // Each gradient alone equals its value from the full call; a second call adds it again.
   Generator gen(104);
   const Tensor x = Randn({5, 12}, DType::kF32, gen);
@@ -195,7 +202,7 @@ TEST(LinearBackwardTest, OptionalOutputsAndAccumulation) {
   testing::ExpectClose(Values(db), twice(once_b), {1e-6}, 1e-6, "dbias after two calls");
 }
 
-TEST(LinearBackwardTest, RejectsBadArguments) {
+TEST(LinearBackwardOptionsTest, RejectsBadArguments) {
   Generator gen(105);
   const Tensor x = Randn({2, 3}, DType::kF32, gen);
   const Tensor w = Randn({4, 3}, DType::kF32, gen);

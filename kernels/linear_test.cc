@@ -6,6 +6,7 @@
 
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/op_test_util.h"
 #include "kernels/ops.h"
 
@@ -40,11 +41,11 @@ void LinearRef(const std::vector<double>& x, const std::vector<double>& w,
   }
 }
 
-// (x and out dtype, w dtype, x/out layout)
-class LinearTest : public ::testing::TestWithParam<std::tuple<DType, DType, Layout>> {};
+// (ISA level of the GEMM, x and out dtype, w dtype, x/out layout)
+class LinearTest : public testing::IsaLevelTupleTest<DType, DType, Layout> {};
 
 TEST_P(LinearTest, MatchesReference) {
-  const auto [dt, wdt, layout] = GetParam();
+  const auto [level, dt, wdt, layout] = GetParam();
   Generator gen(21);
   const std::vector<Shape> lead = {{1}, {3}, {2, 5}, {37}};
   for (const Shape& ld : lead) {
@@ -75,16 +76,20 @@ TEST_P(LinearTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, LinearTest,
-                         ::testing::Combine(::testing::ValuesIn(testing::kFloatTypes),
+                         ::testing::Combine(::testing::ValuesIn(cpu::kAllIsaLevels),
+                                            ::testing::ValuesIn(testing::kFloatTypes),
                                             ::testing::ValuesIn(testing::kFloatTypes),
                                             ::testing::ValuesIn(testing::kAllLayouts)),
                          [](const ::testing::TestParamInfo<LinearTest::ParamType>& info) {
-                           return absl::StrCat("x_", DTypeName(std::get<0>(info.param)), "_w_",
-                                               DTypeName(std::get<1>(info.param)), "_",
-                                               testing::LayoutName(std::get<2>(info.param)));
+                           return absl::StrCat(cpu::IsaLevelName(std::get<0>(info.param)), "_x_",
+                                               DTypeName(std::get<1>(info.param)), "_w_",
+                                               DTypeName(std::get<2>(info.param)), "_",
+                                               testing::LayoutName(std::get<3>(info.param)));
                          });
 
-TEST(LinearViewsTest, StridedWeightsAndLargeM) {
+class LinearViewsTest : public testing::IsaLevelTest {};
+
+TEST_P(LinearViewsTest, StridedWeightsAndLargeM) {
   Generator gen(22);
   // Weights given as views: a transposed f32 [k, n] (read in place), a transposed bf16 and a
   // column-sliced f16 (copied); m large enough for the blocked GEMM path.
@@ -110,7 +115,7 @@ TEST(LinearViewsTest, StridedWeightsAndLargeM) {
   }
 }
 
-TEST(LinearViewsTest, ZeroInnerDimGivesBias) {
+TEST_P(LinearViewsTest, ZeroInnerDimGivesBias) {
   Generator gen(23);
   const Tensor x = ValueOrDie(Tensor::Empty({3, 0}, DType::kF32));
   const Tensor w = ValueOrDie(Tensor::Empty({4, 0}, DType::kF32));
@@ -120,6 +125,8 @@ TEST(LinearViewsTest, ZeroInnerDimGivesBias) {
   const auto vb = Values(bias), vo = Values(out);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(vo[i], vb[i % 4]);
 }
+
+CCTUNE_INSTANTIATE_ISA_LEVELS(LinearViewsTest);
 
 // fp64 batched matmul over row-major values of a [nb, m, k] and b [nb, k, n].
 std::vector<double> MatmulRef(const std::vector<double>& a, const std::vector<double>& b,
@@ -144,10 +151,10 @@ std::vector<double> MatmulRef(const std::vector<double>& a, const std::vector<do
   return c;
 }
 
-class MatmulTest : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};
+class MatmulTest : public testing::IsaLevelTupleTest<DType, Layout> {};
 
 TEST_P(MatmulTest, MatchesReference) {
-  const auto [dt, layout] = GetParam();
+  const auto [level, dt, layout] = GetParam();
   Generator gen(24);
   const std::vector<Shape> batch = {{}, {3}, {2, 2}};
   for (const Shape& bs : batch) {
@@ -175,14 +182,18 @@ TEST_P(MatmulTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest,
-                         ::testing::Combine(::testing::ValuesIn(testing::kFloatTypes),
+                         ::testing::Combine(::testing::ValuesIn(cpu::kAllIsaLevels),
+                                            ::testing::ValuesIn(testing::kFloatTypes),
                                             ::testing::ValuesIn(testing::kAllLayouts)),
                          [](const ::testing::TestParamInfo<MatmulTest::ParamType>& info) {
-                           return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
-                                               testing::LayoutName(std::get<1>(info.param)));
+                           return absl::StrCat(cpu::IsaLevelName(std::get<0>(info.param)), "_",
+                                               DTypeName(std::get<1>(info.param)), "_",
+                                               testing::LayoutName(std::get<2>(info.param)));
                          });
 
-TEST(MatmulViewsTest, TransposedAndExpandedOperands) {
+class MatmulViewsTest : public testing::IsaLevelTest {};
+
+TEST_P(MatmulViewsTest, TransposedAndExpandedOperands) {
   Generator gen(25);
   // Attention-style: scores = q @ kᵀ with k transposed in place, and b broadcast over a batch
   // dim with Expand (stride 0).
@@ -215,6 +226,8 @@ TEST(MatmulViewsTest, TransposedAndExpandedOperands) {
   for (double& g : mag) g *= 1e-5;
   ExpectClose(Values(out), want, mag, 0.0, "transposed out");
 }
+
+CCTUNE_INSTANTIATE_ISA_LEVELS(MatmulViewsTest);
 
 TEST(LinearErrorsTest, MessagesNameTheOffendingValues) {
   Generator gen(26);

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa.h"
@@ -26,6 +27,24 @@ std::string IsaSkipReason(cpu::IsaLevel level);
 class IsaLevelTest : public ::testing::TestWithParam<cpu::IsaLevel> {
  protected:
   void SetUp() override;
+  void TearDown() override { scoped_.reset(); }
+
+ private:
+  std::unique_ptr<cpu::ScopedIsaLevel> scoped_;
+};
+
+// For suites with parameters of their own: the level is the tuple's first element, e.g.
+//   class LinearTest : public testing::IsaLevelTupleTest<DType, Layout> {};
+//   INSTANTIATE_TEST_SUITE_P(..., Combine(ValuesIn(cpu::kAllIsaLevels), ...), ...);
+template <typename... Ts>
+class IsaLevelTupleTest : public ::testing::TestWithParam<std::tuple<cpu::IsaLevel, Ts...>> {
+ protected:
+  void SetUp() override {
+    const cpu::IsaLevel level = std::get<0>(this->GetParam());
+    const std::string why = IsaSkipReason(level);
+    if (!why.empty()) GTEST_SKIP() << why;
+    scoped_ = std::make_unique<cpu::ScopedIsaLevel>(level);
+  }
   void TearDown() override { scoped_.reset(); }
 
  private:

@@ -11,11 +11,27 @@
 #include "core/dtype.h"
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_test_util.h"
 
 namespace cctune::cpu {
 namespace {
 
 using gemm_internal::GemmIsa;
+
+// The ISA level a forced path needs (kAuto and kBlas run anywhere).
+IsaLevel LevelOf(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx2:
+      return IsaLevel::kAvx2;
+    case GemmIsa::kAvx512:
+      return IsaLevel::kAvx512;
+    case GemmIsa::kAvx512Bf16:
+      return IsaLevel::kAvx512Bf16;
+    default:
+      return IsaLevel::kScalar;
+  }
+}
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kEps32 = 1.0 / (1 << 23);
@@ -82,9 +98,8 @@ class GemmNTTest : public ::testing::TestWithParam<std::tuple<GemmIsa, DType>> {
 
 TEST_P(GemmNTTest, MatchesFp64Reference) {
   const auto [isa, dtype] = GetParam();
-  if (!gemm_internal::GemmIsaSupported(isa)) {
-    GTEST_SKIP() << "path " << gemm_internal::GemmIsaName(isa) << " not supported on this CPU";
-  }
+  CCTUNE_SKIP_UNLESS_ISA(LevelOf(isa));
+  ASSERT_TRUE(gemm_internal::GemmIsaSupported(isa));
   // The bf16-dot path rounds A to bf16 (relative error <= 2^-8 per element).
   const bool rounds_a = isa == GemmIsa::kAvx512Bf16 && dtype == DType::kBF16;
   Generator gen(1234);
@@ -165,6 +180,37 @@ void CheckShape(GemmIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, uint6
                           " n=", n, " k=", k));
 }
 
+// Checks SgemmStrided for one shape against the fp64 reference.
+void CheckSgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float beta,
+                uint64_t seed) {
+  Generator gen(seed);
+  // Stored shapes: A [m, k] or [k, m]; B [k, n] or [n, k].
+  Matrix a = trans_a ? Matrix(k, m, m + 3, DType::kF32) : Matrix(m, k, k + 3, DType::kF32);
+  Matrix b = trans_b ? Matrix(n, k, k + 2, DType::kF32) : Matrix(k, n, n + 2, DType::kF32);
+  Matrix c(m, n, n + 1, DType::kF32);
+  a.Fill(gen);
+  b.Fill(gen);
+  if (beta != 0.f) c.Fill(gen);
+  std::vector<double> ref(m * n), scale(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, abs_sum = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double p = (trans_a ? a.at(q, i) : a.at(i, q)) * (trans_b ? b.at(j, q) : b.at(q, j));
+        s += p;
+        abs_sum += std::fabs(p);
+      }
+      const double c0 = beta != 0.f ? beta * c.at(i, j) : 0.0;
+      ref[i * n + j] = s + c0;
+      scale[i * n + j] = abs_sum + std::fabs(c0);
+    }
+  }
+  SgemmStrided(trans_a, trans_b, m, n, k, a.f32(), a.ld, b.f32(), b.ld, c.f32(), c.ld, beta);
+  ExpectNear(c, ref, scale, kEps32 * (k / 4.0 + 8.0),
+             absl::StrCat("trans_a=", trans_a, " trans_b=", trans_b, " m=", m, " n=", n, " k=", k,
+                          " beta=", beta, " level=", IsaLevelName(ActiveIsaLevel())));
+}
+
 // A 16-bit B larger than one f32 panel (256+ rows per thread) takes several panels.
 TEST(GemmNTTest, BlasRouteSpansSeveralPanels) {
   CheckShape(GemmIsa::kBlas, DType::kBF16, 20, 600, 4096, 7);
@@ -182,7 +228,7 @@ TEST(GemmNTTest, AutoLargeMatchesReference) {
 TEST(GemmNTTest, LongRowGemvMatchesReference) {
   uint64_t seed = 20;
   for (GemmIsa isa : {GemmIsa::kAuto, GemmIsa::kAvx512, GemmIsa::kAvx2}) {
-    if (!gemm_internal::GemmIsaSupported(isa)) continue;
+    if (!gemm_internal::GemmIsaSupported(isa)) continue;  // the other levels still run
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
       CheckShape(isa, dtype, 1, 17, 5003, seed++);
     }
@@ -211,13 +257,51 @@ TEST(GemmNTTest, BestIsaIsSupported) {
   EXPECT_NE(best, GemmIsa::kAvx512Bf16);  // opt-in only: it rounds A
 }
 
+// kAuto at every ISA level the CPU has: the streaming path (small m) at that level, OpenBLAS
+// (large m) with that level's 16-bit -> f32 panel conversion.
+class GemmAtLevelTest : public testing::IsaLevelTest {};
+
+TEST_P(GemmAtLevelTest, AutoPicksTheLevelsPath) {
+  const GemmIsa want = GetParam() == IsaLevel::kScalar ? GemmIsa::kScalar
+                       : GetParam() == IsaLevel::kAvx2 ? GemmIsa::kAvx2
+                                                       : GemmIsa::kAvx512;
+  EXPECT_EQ(gemm_internal::BestGemmIsa(), want);
+  for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512, GemmIsa::kAvx512Bf16}) {
+    EXPECT_EQ(gemm_internal::GemmIsaSupported(isa), IsaSupported(LevelOf(isa)))
+        << gemm_internal::GemmIsaName(isa);
+  }
+}
+
+TEST_P(GemmAtLevelTest, AutoMatchesFp64Reference) {
+  uint64_t seed = 100;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 33, 5003},
+                           {2, 17, 129},
+                           {7, 129, 100},
+                           {64, 40, 33},
+                           {300, 20, 70}}) {
+      CheckShape(GemmIsa::kAuto, dtype, m, n, k, seed++);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST_P(GemmAtLevelTest, SgemmStridedMatchesFp64Reference) {
+  uint64_t seed = 200;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 129, 17}, {7, 17, 1000}}) {
+    CheckSgemm(false, true, m, n, k, 1.f, seed++);
+  }
+}
+
+CCTUNE_INSTANTIATE_ISA_LEVELS(GemmAtLevelTest);
+
 // ---- SgemmStrided ----
 
 class SgemmStridedTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(SgemmStridedTest, MatchesFp64Reference) {
   const auto [trans_a, trans_b] = GetParam();
-  Generator gen(99);
+  uint64_t seed = 99;
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
                          {1, 129, 17},
                          {3, 1, 129},
@@ -225,34 +309,7 @@ TEST_P(SgemmStridedTest, MatchesFp64Reference) {
                          {64, 1000, 17},
                          {129, 3, 1000},
                          {65, 66, 67}}) {
-    for (float beta : {0.f, 1.f}) {
-      // Stored shapes: A [m, k] or [k, m]; B [k, n] or [n, k].
-      Matrix a = trans_a ? Matrix(k, m, m + 3, DType::kF32) : Matrix(m, k, k + 3, DType::kF32);
-      Matrix b = trans_b ? Matrix(n, k, k + 2, DType::kF32) : Matrix(k, n, n + 2, DType::kF32);
-      Matrix c(m, n, n + 1, DType::kF32);
-      a.Fill(gen);
-      b.Fill(gen);
-      if (beta != 0.f) c.Fill(gen);
-      std::vector<double> ref(m * n), scale(m * n);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double s = 0, abs_sum = 0;
-          for (int64_t q = 0; q < k; ++q) {
-            const double p =
-                (trans_a ? a.at(q, i) : a.at(i, q)) * (trans_b ? b.at(j, q) : b.at(q, j));
-            s += p;
-            abs_sum += std::fabs(p);
-          }
-          const double c0 = beta != 0.f ? beta * c.at(i, j) : 0.0;
-          ref[i * n + j] = s + c0;
-          scale[i * n + j] = abs_sum + std::fabs(c0);
-        }
-      }
-      SgemmStrided(trans_a, trans_b, m, n, k, a.f32(), a.ld, b.f32(), b.ld, c.f32(), c.ld, beta);
-      ExpectNear(c, ref, scale, kEps32 * (k / 4.0 + 8.0),
-                 absl::StrCat("trans_a=", trans_a, " trans_b=", trans_b, " m=", m, " n=", n,
-                              " k=", k, " beta=", beta));
-    }
+    for (float beta : {0.f, 1.f}) CheckSgemm(trans_a, trans_b, m, n, k, beta, seed++);
   }
 }
 
