@@ -30,6 +30,7 @@ DEFAULT_TARGETS=(
   //modules:decoder_backward_test
   //training:train_step_test
   //training:optim_test
+  //kernels:optim_test
   //tests/util:float_near_test
 )
 read -r -a TARGETS <<<"${ISA_MATRIX_TARGETS:-${DEFAULT_TARGETS[*]}}"
