@@ -1,5 +1,6 @@
 #include "config/interpolation.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -61,6 +62,27 @@ bool ParsePieces(absl::string_view s, std::vector<Piece>* pieces, std::string* e
 }
 
 std::string Ref(absl::string_view key) { return absl::StrCat("${", key, "}"); }
+
+// Levels of lists and maps at and below `node` (0 for a scalar). Trees are at most
+// kMaxConfigDepth deep, so the recursion is bounded.
+int Depth(const ConfigNode& node) {
+  int below = 0;
+  if (node.IsList()) {
+    for (const ConfigNode& item : node.items()) below = std::max(below, Depth(item));
+  } else if (node.IsMap()) {
+    for (const auto& e : node.entries()) below = std::max(below, Depth(e.second));
+  } else {
+    return 0;
+  }
+  return below + 1;
+}
+
+// Containers above a node at `path` ("" = the root: none; "a" is inside the top-level map).
+int Level(const std::string& path) {
+  if (path.empty()) return 0;
+  auto segments = SplitKey(path);
+  return segments.ok() ? static_cast<int>(segments->size()) : 0;
+}
 
 class Resolver {
  public:
@@ -204,7 +226,7 @@ class Resolver {
         std::string detail;
         if (node->IsMap()) {
           detail = absl::StrCat(walked.empty() ? "the config" : absl::StrCat("'", walked, "'"),
-                                " has keys: ", absl::StrJoin(node->Keys(), ", "));
+                                " has keys: ", node->KeysForMessage());
         } else {
           detail = absl::StrCat("'", walked, "' is ", node->Describe());
         }
@@ -234,16 +256,34 @@ class Resolver {
       state_[path] = State::kFailed;
       return false;
     }
+    if (resolving_ >= kMaxInterpolationDepth) {
+      // Each string waits for the one it refers to: without a limit, a long chain of
+      // references exhausts the stack.
+      errors_.push_back(node->MakeError(absl::StrCat(
+          "more than ", kMaxInterpolationDepth, " ${} references resolve one through another "
+          "(the limit), from ", Ref(ChainStart()), " to ", Ref(path))));
+      state_[path] = State::kFailed;
+      return false;
+    }
+    ++resolving_;
     state_[path] = State::kResolving;
     stack_.push_back(path);
     auto fail = [&]() {
       stack_.pop_back();
       state_[path] = State::kFailed;
+      --resolving_;
       return false;
     };
     if (pieces.size() == 1 && pieces[0].is_ref) {
       ConfigNode* target = Lookup(*node, pieces[0].text);
       if (target == nullptr) return fail();
+      const int depth = Level(path) + Depth(*target);
+      if (depth > kMaxConfigDepth) {
+        errors_.push_back(node->MakeError(absl::StrCat(
+            "interpolation ", Ref(pieces[0].text), " puts ", target->Describe(), " at ",
+            depth, " levels of lists and maps, more than the limit of ", kMaxConfigDepth)));
+        return fail();
+      }
       ConfigNode value = *target;
       value.set_location(node->location());
       *node = std::move(value);
@@ -272,13 +312,23 @@ class Resolver {
     }
     stack_.pop_back();
     state_[path] = State::kDone;
+    --resolving_;
     return true;
+  }
+
+  // The outermost string being resolved, for messages.
+  std::string ChainStart() const {
+    for (const std::string& p : stack_) {
+      if (state_.count(p) != 0) return p;
+    }
+    return stack_.empty() ? std::string() : stack_.front();
   }
 
   ConfigNode* root_;
   std::vector<std::string> order_;
   std::map<std::string, State> state_;
   std::vector<std::string> stack_;  // paths being resolved, outermost first
+  int resolving_ = 0;               // strings being resolved, each waiting on the next
   std::vector<ConfigError> errors_;
 };
 

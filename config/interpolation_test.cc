@@ -221,5 +221,44 @@ TEST(InterpolationTest, HasInterpolation) {
   EXPECT_THAT(Errors("a: 1\n"), IsEmpty());
 }
 
+TEST(InterpolationTest, LongReferenceChainIsAnErrorNotACrash) {
+  for (int n : {kMaxInterpolationDepth + 1, 5000, 50000}) {
+    std::string yaml;
+    for (int i = 0; i < n; ++i) absl::StrAppend(&yaml, "k", i, ": ${k", i + 1, "}\n");
+    absl::StrAppend(&yaml, "k", n, ": end\n");
+    const std::vector<std::string> errors = Errors(yaml);
+    ASSERT_FALSE(errors.empty()) << n;
+    EXPECT_THAT(errors[0], HasSubstr("i.yaml:")) << n;
+    EXPECT_THAT(errors[0], HasSubstr(absl::StrCat(kMaxInterpolationDepth))) << n;
+  }
+  // A chain within the limit resolves.
+  std::string yaml;
+  const int n = kMaxInterpolationDepth - 1;
+  for (int i = 0; i < n; ++i) absl::StrAppend(&yaml, "k", i, ": ${k", i + 1, "}\n");
+  absl::StrAppend(&yaml, "k", n, ": end\n");
+  EXPECT_EQ(*Resolved(yaml).GetString("k0"), "end");
+}
+
+TEST(InterpolationTest, ValuesCopiedDeeperThanTheDepthLimitAreAnError) {
+  // Each level copies the one before ten lists deeper: 400 levels without a limit.
+  std::string yaml = "l0: [[[[[[[[[[1]]]]]]]]]]\n";
+  for (int i = 1; i < 40; ++i) {
+    absl::StrAppend(&yaml, "l", i, ": [[[[[[[[[['${l", i - 1, "}']]]]]]]]]]\n");
+  }
+  const std::vector<std::string> errors = Errors(yaml);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr(absl::StrCat(kMaxConfigDepth)));
+}
+
+TEST(InterpolationTest, HundredThousandReferencesResolve) {
+  constexpr int kKeys = 100000;
+  std::string yaml = "base: /data\nsection:\n";
+  for (int i = 0; i < kKeys; ++i) absl::StrAppend(&yaml, "  k", i, ": ${base}/", i, "\n");
+  for (int i = 0; i < kKeys; ++i) absl::StrAppend(&yaml, "r", i, ": ${section.k", i, "}\n");
+  ConfigNode root = Resolved(yaml);
+  EXPECT_EQ(*root.GetString("r99999"), "/data/99999");
+  EXPECT_EQ(*root.GetString("section.k7"), "/data/7");
+}
+
 }  // namespace
 }  // namespace cctune

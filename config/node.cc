@@ -37,8 +37,15 @@ std::string ConfigError::ToString() const {
 absl::Status ErrorsToStatus(const std::vector<ConfigError>& errors) {
   if (errors.empty()) return absl::OkStatus();
   if (errors.size() == 1) return absl::InvalidArgumentError(errors[0].ToString());
+  // A hostile config can hold 10^5 problems; the first ones say what is wrong.
+  constexpr size_t kMaxListed = 100;
   std::string msg = absl::StrCat(errors.size(), " problems in the config:");
-  for (const ConfigError& e : errors) absl::StrAppend(&msg, "\n  ", e.ToString());
+  for (size_t i = 0; i < errors.size() && i < kMaxListed; ++i) {
+    absl::StrAppend(&msg, "\n  ", errors[i].ToString());
+  }
+  if (errors.size() > kMaxListed) {
+    absl::StrAppend(&msg, "\n  ... and ", errors.size() - kMaxListed, " more");
+  }
   return absl::InvalidArgumentError(msg);
 }
 
@@ -256,6 +263,7 @@ ConfigNode ConfigNode::Map(std::vector<Entry> entries, Location loc) {
   ConfigNode n = Null(std::move(loc));
   n.kind_ = Kind::kMap;
   n.entries_ = std::move(entries);
+  n.RebuildIndex();
   return n;
 }
 
@@ -326,6 +334,7 @@ std::string ConfigNode::ComponentName() const {
 
 void ConfigNode::RefreshPaths(std::string path) {
   path_ = std::move(path);
+  if (kind_ == Kind::kMap && !index_valid_) RebuildIndex();
   for (size_t i = 0; i < items_.size(); ++i) {
     items_[i].RefreshPaths(absl::StrCat(path_, "[", i, "]"));
   }
@@ -375,6 +384,7 @@ const std::vector<ConfigNode::Entry>& ConfigNode::entries() const {
 
 std::vector<ConfigNode::Entry>& ConfigNode::mutable_entries() {
   CCTUNE_CHECK(kind_ == Kind::kMap, "mutable_entries() of ", Describe());
+  index_valid_ = false;  // the caller may rename keys; rebuilt by the next non-const lookup
   return entries_;
 }
 
@@ -384,18 +394,43 @@ std::vector<std::string> ConfigNode::Keys() const {
   return keys;
 }
 
-const ConfigNode* ConfigNode::Child(absl::string_view key) const {
-  for (const Entry& e : entries_) {
-    if (e.first == key) return &e.second;
+std::string ConfigNode::KeysForMessage(size_t max) const {
+  std::string out;
+  for (size_t i = 0; i < entries_.size() && i < max; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", entries_[i].first);
   }
-  return nullptr;
+  if (entries_.size() > max) absl::StrAppend(&out, ", ... (", entries_.size() - max, " more)");
+  return out;
+}
+
+void ConfigNode::RebuildIndex() {
+  index_.clear();
+  index_valid_ = entries_.size() >= kIndexedMapSize;
+  if (!index_valid_) return;
+  index_.reserve(entries_.size());
+  for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+}
+
+int64_t ConfigNode::FindEntry(absl::string_view key) const {
+  if (index_valid_) {
+    auto it = index_.find(key);
+    return it == index_.end() ? -1 : static_cast<int64_t>(it->second);
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].first == key) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+const ConfigNode* ConfigNode::Child(absl::string_view key) const {
+  const int64_t i = FindEntry(key);
+  return i < 0 ? nullptr : &entries_[i].second;
 }
 
 ConfigNode* ConfigNode::MutableChild(absl::string_view key) {
-  for (Entry& e : entries_) {
-    if (e.first == key) return &e.second;
-  }
-  return nullptr;
+  if (!index_valid_ && entries_.size() >= kIndexedMapSize) RebuildIndex();
+  const int64_t i = FindEntry(key);
+  return i < 0 ? nullptr : &entries_[i].second;
 }
 
 ConfigNode& ConfigNode::Set(std::string key, ConfigNode value) {
@@ -405,18 +440,19 @@ ConfigNode& ConfigNode::Set(std::string key, ConfigNode value) {
     *existing = std::move(value);
     return *existing;
   }
+  if (index_valid_) index_.emplace(key, entries_.size());
   entries_.emplace_back(std::move(key), std::move(value));
+  if (!index_valid_ && entries_.size() >= kIndexedMapSize) RebuildIndex();
   return entries_.back().second;
 }
 
 bool ConfigNode::Erase(absl::string_view key) {
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->first == key) {
-      entries_.erase(it);
-      return true;
-    }
-  }
-  return false;
+  if (!index_valid_ && entries_.size() >= kIndexedMapSize) RebuildIndex();
+  const int64_t i = FindEntry(key);
+  if (i < 0) return false;
+  entries_.erase(entries_.begin() + i);
+  RebuildIndex();  // later positions shift
+  return true;
 }
 
 namespace {
@@ -464,7 +500,7 @@ absl::StatusOr<const ConfigNode*> ConfigNode::Get(absl::string_view key) const {
         std::string where = walked.empty() ? "the config" : absl::StrCat("'", walked, "'");
         return absl::NotFoundError(absl::StrCat(
             node->location().ToString(), ": key '", JoinKey(path_, key), "': missing (",
-            where, " has keys: ", absl::StrJoin(node->Keys(), ", "), ")"));
+            where, " has keys: ", node->KeysForMessage(), ")"));
       }
     } else if (node->IsList()) {
       const int64_t i = ListIndex(seg, node->items_.size());
@@ -547,7 +583,7 @@ std::string ConfigNode::Describe() const {
       if (IsComponent() && !ComponentName().empty()) {
         return absl::StrCat("component '", ComponentName(), "'");
       }
-      return absl::StrCat("map with keys {", absl::StrJoin(Keys(), ", "), "}");
+      return absl::StrCat("map with keys {", KeysForMessage(), "}");
   }
   return "?";
 }

@@ -14,11 +14,22 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace cctune {
+
+// Limits on what a config may hold, so that hostile input fails with an error instead of
+// exhausting the stack or memory (docs/config_reference.md, "Limits").
+// Nesting of lists and maps, counted from the top-level map (depth 1); also the most segments
+// an override key may have.
+inline constexpr int kMaxConfigDepth = 100;
+// Values a YAML text may expand to once aliases (*name) are copied in (billion laughs).
+inline constexpr int64_t kMaxConfigValues = 1000000;
+// The longest chain of ${} references resolved one through another.
+inline constexpr int kMaxInterpolationDepth = 100;
 
 // Where a value was written. `source` is a file path, "<string>" for in-memory YAML, or a
 // description such as "command-line override 'a.b=1'". line/column are 1-based; 0 = unknown.
@@ -98,11 +109,17 @@ class ConfigNode {
   const std::vector<Entry>& entries() const;
   std::vector<Entry>& mutable_entries();
   std::vector<std::string> Keys() const;
+  // The keys for an error message: "a, b, c", or the first `max` and "... (N more)".
+  std::string KeysForMessage(size_t max = 30) const;
   const ConfigNode* Child(absl::string_view key) const;  // direct child or nullptr
   ConfigNode* MutableChild(absl::string_view key);
   // Replaces the value of `key` (keeping its place) or appends it. Returns the stored node.
   ConfigNode& Set(std::string key, ConfigNode value);
   bool Erase(absl::string_view key);
+
+  // Lookups in maps of any size take O(1) on average: maps of kIndexedMapSize entries or more
+  // keep a key index. Hold no reference from mutable_entries() across Set() or Erase().
+  static constexpr size_t kIndexedMapSize = 16;
 
   // Dotted lookup relative to this node: "a.b", "a.list[2]" or "a.list.2". nullptr if absent
   // (a null value is present).
@@ -157,6 +174,10 @@ class ConfigNode {
 
  private:
   void AppendYaml(int indent, std::string* out) const;
+  // Makes index_ describe entries_ (maps of kIndexedMapSize entries or more).
+  void RebuildIndex();
+  // The index of `key` in entries_, or -1; `index_valid_` must hold or the map be small.
+  int64_t FindEntry(absl::string_view key) const;
 
   Kind kind_ = Kind::kNull;
   bool bool_ = false;
@@ -165,6 +186,9 @@ class ConfigNode {
   std::string text_;  // scalar spelling; the value itself for kString
   std::vector<ConfigNode> items_;
   std::vector<Entry> entries_;
+  // Key -> position in entries_ (the first of equal keys), valid when index_valid_.
+  absl::flat_hash_map<std::string, size_t> index_;
+  bool index_valid_ = false;
   Location location_;
   std::string path_;
 };

@@ -1,5 +1,6 @@
 #include "config/overrides.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -74,6 +75,128 @@ absl::StatusOr<size_t> ListIndex(const Override& o, const ConfigNode& list,
   return static_cast<size_t>(i);
 }
 
+// Levels of lists and maps at and below `node` (0 for a scalar).
+int Depth(const ConfigNode& node) {
+  int below = 0;
+  if (node.IsList()) {
+    for (const ConfigNode& item : node.items()) below = std::max(below, Depth(item));
+  } else if (node.IsMap()) {
+    for (const auto& e : node.entries()) below = std::max(below, Depth(e.second));
+  } else {
+    return 0;
+  }
+  return below + 1;
+}
+
+// ApplyOverride without refreshing paths first: `root`'s paths must be right. Only the
+// subtree an override changes gets new paths, so n overrides cost O(n), not O(n * size).
+absl::Status ApplyOne(const Override& o, ConfigNode* root) {
+  CCTUNE_CHECK(root->IsMap(), "override target must be a map");
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> segments, SplitKey(o.key));
+  const Location loc = OverrideLocation(o);
+  if (segments.size() > static_cast<size_t>(kMaxConfigDepth)) {
+    return Fail(o, absl::StrCat("the key has ", segments.size(), " parts, more than the limit of ",
+                                kMaxConfigDepth, " levels of nesting"));
+  }
+
+  // Walk to the parent of the last segment; a set creates missing maps on the way.
+  ConfigNode* node = root;
+  for (size_t i = 0; i + 1 < segments.size(); ++i) {
+    const std::string& seg = segments[i];
+    ConfigNode* next = nullptr;
+    if (node->IsMap()) {
+      next = node->MutableChild(seg);
+      if (next == nullptr) {
+        if (o.op == Override::Op::kDelete) {
+          return Fail(o, absl::StrCat("cannot delete: no key '", JoinKey(node->path(), seg),
+                                      "' in the config"));
+        }
+        next = &node->Set(seg, ConfigNode::Map({}, loc));
+      } else if (next->IsNull() && o.op == Override::Op::kSet) {
+        *next = ConfigNode::Map({}, loc);
+        next->RefreshPaths(JoinKey(node->path(), seg));
+      }
+    } else if (node->IsList()) {
+      CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, seg));
+      next = &node->mutable_items()[index];
+    } else {
+      return Fail(o, absl::StrCat("'", node->path(), "' is ", node->Describe(), At(*node),
+                                  ", not a map, so it has no key '", seg, "'"));
+    }
+    node = next;
+  }
+  const std::string& last = segments.back();
+
+  if (o.op == Override::Op::kDelete) {
+    if (node->IsMap()) {
+      if (!node->Erase(last)) {
+        return Fail(o, absl::StrCat("cannot delete: no key '", o.key, "' in the config",
+                                    node->path().empty()
+                                        ? ""
+                                        : absl::StrCat(" ('", node->path(),
+                                                       "' has keys: ", node->KeysForMessage(),
+                                                       ")")));
+      }
+    } else if (node->IsList()) {
+      CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, last));
+      node->mutable_items().erase(node->mutable_items().begin() + index);
+      node->RefreshPaths(node->path());  // later items moved up
+    } else {
+      return Fail(o, absl::StrCat("cannot delete: '", node->path(), "' is ", node->Describe(),
+                                  At(*node), ", not a map"));
+    }
+    return absl::OkStatus();
+  }
+
+  auto value = ParseOverrideValue(o.value_text, loc);
+  if (!value.ok()) {
+    return Fail(o, absl::StrCat("cannot parse the value '", o.value_text,
+                                "': ", value.status().message()));
+  }
+  const int depth = static_cast<int>(segments.size()) + Depth(*value);
+  if (depth > kMaxConfigDepth) {
+    return Fail(o, absl::StrCat("the value would sit at ", depth,
+                                " levels of lists and maps, more than the limit of ",
+                                kMaxConfigDepth));
+  }
+  ConfigNode* target = nullptr;
+  if (node->IsMap()) {
+    target = node->MutableChild(last);
+    if (target == nullptr) {
+      node->Set(last, *std::move(value));
+      return absl::OkStatus();
+    }
+  } else if (node->IsList()) {
+    CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, last));
+    target = &node->mutable_items()[index];
+  } else {
+    return Fail(o, absl::StrCat("'", node->path(), "' is ", node->Describe(), At(*node),
+                                ", not a map, so it has no key '", last, "'"));
+  }
+
+  const std::string target_path = target->path();
+  if (target->IsComponent()) {
+    // torchtune's shorthand: `model=name` swaps the component and keeps its other keys.
+    switch (value->kind()) {
+      case ConfigNode::Kind::kString:
+        target->Set("_component_", *std::move(value));
+        break;
+      case ConfigNode::Kind::kNull:
+      case ConfigNode::Kind::kMap:
+        Merge(target, *std::move(value));
+        break;
+      default:
+        return Fail(o, absl::StrCat("'", o.key, "'", At(*target), " is the component '",
+                                    target->ComponentName(), "'; set it to a component name, "
+                                    "null or a map, not ", value->Describe()));
+    }
+  } else {
+    Merge(target, *std::move(value));
+  }
+  target->RefreshPaths(target_path);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Location OverrideLocation(const Override& o) {
@@ -119,111 +242,20 @@ absl::StatusOr<ConfigNode> ParseOverrideValue(absl::string_view value, const Loc
 }
 
 absl::Status ApplyOverride(const Override& o, ConfigNode* root) {
-  CCTUNE_CHECK(root->IsMap(), "override target must be a map");
-  CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> segments, SplitKey(o.key));
-  const Location loc = OverrideLocation(o);
-
-  // Walk to the parent of the last segment; a set creates missing maps on the way.
-  ConfigNode* node = root;
-  for (size_t i = 0; i + 1 < segments.size(); ++i) {
-    const std::string& seg = segments[i];
-    ConfigNode* next = nullptr;
-    if (node->IsMap()) {
-      next = node->MutableChild(seg);
-      if (next == nullptr) {
-        if (o.op == Override::Op::kDelete) {
-          return Fail(o, absl::StrCat("cannot delete: no key '", JoinKey(node->path(), seg),
-                                      "' in the config"));
-        }
-        next = &node->Set(seg, ConfigNode::Map({}, loc));
-      } else if (next->IsNull() && o.op == Override::Op::kSet) {
-        *next = ConfigNode::Map({}, loc);
-      }
-    } else if (node->IsList()) {
-      CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, seg));
-      next = &node->mutable_items()[index];
-    } else {
-      return Fail(o, absl::StrCat("'", node->path(), "' is ", node->Describe(), At(*node),
-                                  ", not a map, so it has no key '", seg, "'"));
-    }
-    node = next;
-  }
-  const std::string& last = segments.back();
-
-  if (o.op == Override::Op::kDelete) {
-    if (node->IsMap()) {
-      if (!node->Erase(last)) {
-        return Fail(o, absl::StrCat("cannot delete: no key '", o.key, "' in the config",
-                                    node->path().empty() ? ""
-                                                         : absl::StrCat(" ('", node->path(),
-                                                                        "' has keys: ",
-                                                                        absl::StrJoin(node->Keys(),
-                                                                                      ", "),
-                                                                        ")")));
-      }
-    } else if (node->IsList()) {
-      CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, last));
-      node->mutable_items().erase(node->mutable_items().begin() + index);
-    } else {
-      return Fail(o, absl::StrCat("cannot delete: '", node->path(), "' is ", node->Describe(),
-                                  At(*node), ", not a map"));
-    }
-    root->RefreshPaths("");
-    return absl::OkStatus();
-  }
-
-  auto value = ParseOverrideValue(o.value_text, loc);
-  if (!value.ok()) {
-    return Fail(o, absl::StrCat("cannot parse the value '", o.value_text,
-                                "': ", value.status().message()));
-  }
-  ConfigNode* target = nullptr;
-  if (node->IsMap()) {
-    target = node->MutableChild(last);
-    if (target == nullptr) {
-      node->Set(last, *std::move(value));
-      root->RefreshPaths("");
-      return absl::OkStatus();
-    }
-  } else if (node->IsList()) {
-    CCTUNE_ASSIGN_OR_RETURN(size_t index, ListIndex(o, *node, last));
-    target = &node->mutable_items()[index];
-  } else {
-    return Fail(o, absl::StrCat("'", node->path(), "' is ", node->Describe(), At(*node),
-                                ", not a map, so it has no key '", last, "'"));
-  }
-
-  if (target->IsComponent()) {
-    // torchtune's shorthand: `model=name` swaps the component and keeps its other keys.
-    switch (value->kind()) {
-      case ConfigNode::Kind::kString:
-        target->Set("_component_", *std::move(value));
-        break;
-      case ConfigNode::Kind::kNull:
-      case ConfigNode::Kind::kMap:
-        Merge(target, *std::move(value));
-        break;
-      default:
-        return Fail(o, absl::StrCat("'", o.key, "'", At(*target), " is the component '",
-                                    target->ComponentName(), "'; set it to a component name, "
-                                    "null or a map, not ", value->Describe()));
-    }
-  } else {
-    Merge(target, *std::move(value));
-  }
   root->RefreshPaths("");
-  return absl::OkStatus();
+  return ApplyOne(o, root);
 }
 
 absl::Status ApplyOverrides(const std::vector<std::string>& args, ConfigNode* root) {
   std::vector<std::string> problems;
+  root->RefreshPaths("");
   for (const std::string& arg : args) {
     absl::Status s;
     auto parsed = ParseOverride(arg);
     if (!parsed.ok()) {
       s = parsed.status();
     } else {
-      s = ApplyOverride(*parsed, root);
+      s = ApplyOne(*parsed, root);
     }
     if (!s.ok()) problems.emplace_back(s.message());
   }

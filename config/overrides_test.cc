@@ -247,5 +247,53 @@ TEST(OverridesTest, RandomScalarValuesRoundTrip) {
   }
 }
 
+TEST(OverridesTest, HundredThousandOverridesOnHundredThousandKeysApply) {
+  constexpr int kKeys = 100000;
+  std::string yaml;
+  for (int i = 0; i < kKeys; ++i) absl::StrAppend(&yaml, "k", i, ": ", i, "\n");
+  ConfigNode root = *LoadYamlString(yaml, "big.yaml");
+  std::vector<std::string> args;
+  for (int i = 0; i < kKeys; ++i) args.push_back(absl::StrCat("k", i, "=", i + 1));
+  for (int i = 0; i < kKeys; ++i) args.push_back(absl::StrCat("new.n", i, "=x", i));
+  ASSERT_TRUE(ApplyOverrides(args, &root).ok());
+  EXPECT_EQ(root.Find("k99999")->int_value(), 100000);
+  EXPECT_EQ(root.Find("new.n5")->string_value(), "x5");
+  EXPECT_EQ(root.Find("new.n5")->path(), "new.n5");
+  // A bad override among many is reported with its own text.
+  args.push_back("~missing");
+  const absl::Status s = ApplyOverrides(args, &root);
+  EXPECT_THAT(Msg(s), HasSubstr("cannot delete: no key 'missing'"));
+}
+
+TEST(OverridesTest, KeysNestedDeeperThanTheLimitAreAnError) {
+  for (int depth : {kMaxConfigDepth + 1, 100000}) {
+    std::string key = "a";
+    for (int i = 1; i < depth; ++i) key += ".a";
+    ConfigNode root = *LoadYamlString(kBase, "base.yaml");
+    const absl::Status s = ApplyOverrides({key + "=1"}, &root);
+    ASSERT_FALSE(s.ok()) << depth;
+    EXPECT_THAT(Msg(s), HasSubstr(absl::StrCat(kMaxConfigDepth))) << depth;
+  }
+  // Nesting below an existing deep value counts too.
+  ConfigNode root = *LoadYamlString(
+      "a: " + std::string(kMaxConfigDepth - 2, '[') + std::string(kMaxConfigDepth - 2, ']') +
+      "\n", "base.yaml");
+  std::string key = "a";
+  for (int i = 0; i < kMaxConfigDepth - 3; ++i) key += "[0]";
+  EXPECT_FALSE(ApplyOverrides({key + "=[[[1]]]"}, &root).ok());
+}
+
+TEST(OverridesTest, HugeAndOddValuesAreTypedNotCrashed) {
+  ConfigNode root = *LoadYamlString(kBase, "base.yaml");
+  const std::string huge(1 << 20, 'x');
+  ASSERT_TRUE(ApplyOverrides({"s=" + huge}, &root).ok());
+  EXPECT_EQ(root.Find("s")->string_value().size(), huge.size());
+  EXPECT_FALSE(ApplyOverrides({"n=99999999999999999999999"}, &root).ok());
+  EXPECT_FALSE(ApplyOverrides({"v=" + std::string(100000, '[')}, &root).ok());
+  EXPECT_FALSE(ApplyOverrides({"v=[&a [*a]]"}, &root).ok());
+  ASSERT_TRUE(ApplyOverrides({"e=", "u=\xff\xfe"}, &root).ok());
+  EXPECT_TRUE(root.Find("e")->IsNull());
+}
+
 }  // namespace
 }  // namespace cctune

@@ -253,5 +253,27 @@ TEST_F(ValidateTest, CheckHelpersWorkOnSingleNodes) {
   EXPECT_THAT(errors[0].message, HasSubstr("expected a map"));
 }
 
+TEST(ValidateScaleTest, HundredThousandKeysAndOverridesLoadResolveAndValidate) {
+  constexpr int kKeys = 100000;
+  std::string yaml = "base: /d\nknown: 1\n";
+  for (int i = 0; i < kKeys; ++i) absl::StrAppend(&yaml, "k", i, ": ${base}/", i, "\n");
+  auto config = Config::FromString(yaml, "big.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> overrides;
+  for (int i = 0; i < kKeys; ++i) overrides.push_back(absl::StrCat("o", i, "=${k", i, "}"));
+  ASSERT_TRUE(config->ApplyOverrides(overrides).ok());
+  ASSERT_TRUE(config->Resolve().ok());
+  EXPECT_EQ(*config->GetString("o99999"), "/d/99999");
+  ComponentCatalog catalog;
+  const Schema schema = Schema("scale").Required("known", KeyType::Int(), "a key");
+  const std::vector<ConfigError> errors = Validate(*config, schema, catalog);
+  // base, k* and o* are unknown; each is reported, and the message stays short.
+  ASSERT_EQ(errors.size(), 2u * kKeys + 1);
+  EXPECT_THAT(errors[1].ToString(), HasSubstr("big.yaml:3: key 'k0': unknown key 'k0'"));
+  const absl::Status status = ErrorsToStatus(errors);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("... and 199901 more"));
+  EXPECT_LT(status.message().size(), 100000u);
+}
+
 }  // namespace
 }  // namespace cctune

@@ -6,9 +6,11 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cctune {
@@ -16,7 +18,8 @@ namespace {
 
 constexpr char kTagPrefix[] = "tag:yaml.org,2002:";
 
-// Converts a yaml-cpp tree. `fixed` (when set) overrides every location, as for override values.
+// Converts a yaml-cpp tree (checked by Measurer first). `fixed` (when set) overrides every
+// location, as for override values.
 class Converter {
  public:
   Converter(std::string source, const Location* fixed) : source_(std::move(source)), fixed_(fixed) {}
@@ -40,7 +43,7 @@ class Converter {
       case YAML::NodeType::Map: {
         CheckContainerTag(y, "map", loc, path);
         std::vector<ConfigNode::Entry> entries;
-        std::vector<int> key_lines;
+        absl::flat_hash_map<std::string, int> key_lines;  // key -> line, for duplicates
         for (auto it = y.begin(); it != y.end(); ++it) {
           const Location key_loc = LocationOf(it->first.Mark());
           if (!it->first.IsScalar()) {
@@ -60,18 +63,14 @@ class Converter {
                                     "of dotted keys)");
             continue;
           }
-          bool duplicate = false;
-          for (size_t i = 0; i < entries.size(); ++i) {
-            if (entries[i].first == key) {
-              Fail(key_loc, key_path,
-                   absl::StrCat("duplicate key (first defined at line ", key_lines[i], ")"));
-              duplicate = true;
-            }
+          const auto [first, inserted] = key_lines.emplace(key, key_loc.line);
+          if (!inserted) {
+            Fail(key_loc, key_path,
+                 absl::StrCat("duplicate key (first defined at line ", first->second, ")"));
+            continue;
           }
-          if (duplicate) continue;
           // A value's own mark points past an empty value; the key's line is what users expect.
           entries.emplace_back(key, Convert(it->second, key_loc, key_path));
-          key_lines.push_back(key_loc.line);
         }
         return ConfigNode::Map(std::move(entries), loc);
       }
@@ -137,12 +136,71 @@ class Converter {
   std::vector<ConfigError> errors_;
 };
 
+// Checks a yaml-cpp tree before it is converted: nesting depth, aliases that refer to a value
+// containing them (yaml-cpp builds those as cycles) and the number of values once aliases are
+// copied in (each alias use is a full copy, so a few hundred bytes can stand for 10^9 values).
+// Uses no memory beyond the path from the root, so a hostile text fails before anything is
+// built.
+class Measurer {
+ public:
+  explicit Measurer(const Converter* converter) : converter_(converter) {}
+
+  // OK, or InvalidArgument naming the source, line and limit.
+  absl::Status Measure(const YAML::Node& y, int depth) {
+    if (++values_ > kMaxConfigValues) {
+      return Error(y, absl::StrCat("the config expands to more than ", kMaxConfigValues,
+                                   " values (the limit); aliases (*name) copy their anchor's "
+                                   "whole value each time they are used"));
+    }
+    if (!y.IsSequence() && !y.IsMap()) return absl::OkStatus();
+    if (depth > kMaxConfigDepth) {
+      return Error(y, absl::StrCat("lists and maps are nested more than ", kMaxConfigDepth,
+                                   " levels deep (the limit)"));
+    }
+    for (const YAML::Node& ancestor : path_) {
+      if (ancestor.is(y)) {
+        return Error(y, "an alias (*name) refers to a value that contains it, which would "
+                        "be infinitely deep");
+      }
+    }
+    path_.push_back(y);
+    if (y.IsSequence()) {
+      for (const YAML::Node& item : y) CCTUNE_RETURN_IF_ERROR(Measure(item, depth + 1));
+    } else {
+      for (auto it = y.begin(); it != y.end(); ++it) {
+        if (!it->first.IsScalar()) continue;  // reported by the converter
+        CCTUNE_RETURN_IF_ERROR(Measure(it->second, depth + 1));
+      }
+    }
+    path_.pop_back();
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Error(const YAML::Node& y, absl::string_view message) const;
+
+  const Converter* converter_;
+  std::vector<YAML::Node> path_;  // containers from the root to the node being measured
+  int64_t values_ = 0;
+};
+
+absl::Status Measurer::Error(const YAML::Node& y, absl::string_view message) const {
+  return absl::InvalidArgumentError(
+      absl::StrCat(converter_->LocationOf(y.Mark()).ToString(), ": ", message));
+}
+
 // Runs yaml-cpp on `text`; exceptions become Status naming `source` and the position.
 absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
                                                        const std::string& source,
                                                        const Location* fixed) {
   try {
     return YAML::LoadAll(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    Location loc = fixed != nullptr ? *fixed : Location{source, 0, 0};
+    if (fixed == nullptr && !e.mark.is_null()) loc.line = e.mark.line + 1;
+    return absl::InvalidArgumentError(
+        absl::StrCat(loc.ToString(), ": lists and maps are nested more than ", kMaxConfigDepth,
+                     " levels deep (the limit)"));
   } catch (const YAML::Exception& e) {
     Location loc = fixed != nullptr ? *fixed : Location{source, 0, 0};
     if (fixed == nullptr && !e.mark.is_null()) {
@@ -176,6 +234,7 @@ absl::StatusOr<ConfigNode> LoadYamlString(absl::string_view yaml, const std::str
             loc.ToString(), ": the top level of a config must be a map of keys, not a ",
             docs[0].IsSequence() ? "list" : "scalar"));
       }
+      CCTUNE_RETURN_IF_ERROR(Measurer(&converter).Measure(docs[0], 1));
       root = converter.Convert(docs[0], Location{source, 1, 1}, "");
     } catch (const std::exception& e) {  // yaml-cpp should not throw here; never let it escape
       return absl::InvalidArgumentError(absl::StrCat(source, ": malformed YAML: ", e.what()));
@@ -206,6 +265,7 @@ absl::StatusOr<ConfigNode> ParseYamlValue(absl::string_view text, const Location
   Converter converter(loc.source, &loc);
   ConfigNode value;
   try {
+    CCTUNE_RETURN_IF_ERROR(Measurer(&converter).Measure(docs[0], 1));
     value = converter.Convert(docs[0], loc, "");
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(loc.ToString(), ": malformed YAML: ", e.what()));

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -191,6 +193,90 @@ TEST(YamlLoaderTest, DeepNestingIsAnErrorNotACrash) {
   std::string deep(20000, '[');
   auto r = LoadYamlString("a: " + deep + "\n", "deep.yaml");
   EXPECT_FALSE(r.ok());
+}
+
+TEST(YamlLoaderTest, SelfReferentialAliasIsAnError) {
+  // 11 bytes that used to recurse until the stack ran out.
+  for (const char* yaml : {"&a {b: *a}\n", "x: &a [*a]\n", "x: &a {y: [1, {z: *a}]}\n"}) {
+    auto r = LoadYamlString(yaml, "cycle.yaml");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_THAT(Msg(r.status()), HasSubstr("cycle.yaml:1")) << yaml;
+    EXPECT_THAT(Msg(r.status()), HasSubstr("refers to a value that contains it")) << yaml;
+  }
+  // The same through a command-line override value.
+  auto v = ParseYamlValue("&a [*a]", Location{"command-line override 'x=&a [*a]'", 0, 0});
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(Msg(v.status()), HasSubstr("command-line override 'x=&a [*a]'"));
+}
+
+TEST(YamlLoaderTest, AliasesAreExpandedUpToASizeLimit) {
+  // Billion laughs: 10^9 values from a few hundred bytes.
+  std::string yaml = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    absl::StrAppend(&yaml, "l", i, ": &l", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j ? ", " : "", "*l", i - 1);
+    absl::StrAppend(&yaml, "]\n");
+  }
+  auto r = LoadYamlString(yaml, "laughs.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Msg(r.status()), HasSubstr("laughs.yaml:"));
+  EXPECT_THAT(Msg(r.status()), HasSubstr(absl::StrCat(kMaxConfigValues)));
+  // Ordinary aliases still expand, each use a copy.
+  auto ok = LoadYamlString("a: &x {k: [1, 2]}\nb: *x\nc: [*x, *x]\n", "ok.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok->Find("b"), *ok->Find("a"));
+  EXPECT_EQ(ok->Find("c[1].k[1]")->int_value(), 2);
+  EXPECT_EQ(ok->Find("c[1].k[1]")->path(), "c[1].k[1]");
+}
+
+TEST(YamlLoaderTest, NestingDeeperThanTheLimitIsAnErrorNamingLineAndLimit) {
+  const std::string ok_deep = std::string(kMaxConfigDepth - 1, '[') +
+                              std::string(kMaxConfigDepth - 1, ']');
+  EXPECT_TRUE(LoadYamlString("a: " + ok_deep + "\n").ok());
+  for (int depth : {kMaxConfigDepth + 1, 1000, 5000}) {
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    auto r = LoadYamlString("ok: 1\na: " + deep + "\n", "deep.yaml");
+    ASSERT_FALSE(r.ok()) << depth;
+    EXPECT_THAT(Msg(r.status()), HasSubstr("deep.yaml:2")) << depth;
+    EXPECT_THAT(Msg(r.status()), HasSubstr(absl::StrCat(kMaxConfigDepth))) << depth;
+  }
+  // Block maps nest too.
+  std::string block;
+  for (int i = 0; i <= kMaxConfigDepth; ++i) {
+    absl::StrAppend(&block, std::string(i * 2, ' '), "k", i, ":\n");
+  }
+  auto r = LoadYamlString(block, "block.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Msg(r.status()), HasSubstr(absl::StrCat(kMaxConfigDepth)));
+  auto v = ParseYamlValue(std::string(1000, '['), Location{"override", 0, 0});
+  EXPECT_FALSE(v.ok());
+}
+
+TEST(YamlLoaderTest, HundredThousandKeysLoadAndDuplicatesAreStillFound) {
+  constexpr int kKeys = 100000;
+  std::string yaml;
+  for (int i = 0; i < kKeys; ++i) absl::StrAppend(&yaml, "key_", i, ": ", i, "\n");
+  auto root = LoadYamlString(yaml, "big.yaml");
+  ASSERT_TRUE(root.ok()) << root.status();
+  ASSERT_EQ(root->size(), static_cast<size_t>(kKeys));
+  EXPECT_EQ(root->Find("key_99999")->int_value(), 99999);
+  EXPECT_EQ(root->Find("key_123")->location().line, 124);
+  absl::StrAppend(&yaml, "key_5: again\n");
+  auto dup = LoadYamlString(yaml, "big.yaml");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_THAT(Msg(dup.status()), HasSubstr("big.yaml:100001: key 'key_5': duplicate key "
+                                           "(first defined at line 6)"));
+}
+
+TEST(YamlLoaderTest, NonUtf8AndControlBytesAreErrorsOrStringsNeverCrashes) {
+  for (std::string yaml : {std::string("a: \xff\xfe\n"), std::string("\xc3\x28: 1\n"),
+                           std::string("a: \"\\xff\"\n"), std::string("a: b\0c\n", 7),
+                           std::string("\xef\xbb\xbf" "a: 1\n"), std::string("a: \x01\n")}) {
+    auto r = LoadYamlString(yaml, "bytes.yaml");
+    if (!r.ok()) {
+      EXPECT_THAT(Msg(r.status()), HasSubstr("bytes.yaml")) << yaml;
+    }
+  }
 }
 
 }  // namespace
