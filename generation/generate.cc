@@ -1,6 +1,7 @@
 #include "generation/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +124,24 @@ class StepInputs {
   Tensor tokens_, pos_, mask_, mask_view_;
 };
 
+// Greedy decoding picked ids[r] for each row of logits [b, v]: an error naming the row and
+// the sequence position when that logit is NaN or infinite (the argmax order puts NaN first).
+absl::Status CheckGreedyLogits(const Tensor& logits, const std::vector<int64_t>& ids,
+                               int64_t position) {
+  for (int64_t r = 0; r < static_cast<int64_t>(ids.size()); ++r) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor row, logits.Select(0, r));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor cell, row.Narrow(0, ids[r], 1));
+    CCTUNE_ASSIGN_OR_RETURN(std::vector<float> value, cell.ToFloatVector());
+    if (!std::isfinite(value[0])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Generate: the logits at position ", position, " (row ", r, ") are not finite (",
+          value[0], " at token ", ids[r], "); the weights or the activations hold NaN or "
+          "infinity"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> CausalMaskFromPaddingMask(const Tensor& padding_mask,
@@ -185,13 +204,13 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
   const int64_t b = prompt.dim() == 2 ? prompt.size(0) : 1;
   const int64_t s = prompt.size(-1);
   const int64_t n_max = options.max_new_tokens;
-  const int64_t total = s + n_max;
   const int64_t v = model.vocab_size();
-  if (total > model.max_seq_len()) {
+  if (s > model.max_seq_len() || n_max > model.max_seq_len() - s) {  // s + n_max may overflow
     return absl::InvalidArgumentError(
-        absl::StrCat("Generate: prompt length (", s, ") + max_new_tokens (", n_max, ") = ", total,
-                     " exceeds the model's max_seq_len (", model.max_seq_len(), ")"));
+        absl::StrCat("Generate: prompt length (", s, ") + max_new_tokens (", n_max,
+                     ") exceeds the model's max_seq_len (", model.max_seq_len(), ")"));
   }
+  const int64_t total = s + n_max;
   for (int32_t id : options.stop_tokens) {
     if (id < 0 || id >= v) {
       return absl::InvalidArgumentError(
@@ -277,6 +296,12 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     CCTUNE_ASSIGN_OR_RETURN(Tensor last, logits.Select(1, 0));  // [b, v]
     CCTUNE_RETURN_IF_ERROR(ops::Sample(sampled, last, options.sampling, gen));
     CCTUNE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, sampled.ToInt64Vector());
+    if (options.sampling.temperature == 0.f) {
+      // Sampling rejects rows with a NaN or no finite logit; greedy decoding takes the argmax,
+      // which is the NaN itself when there is one. Check it, so that NaN weights fail here
+      // instead of printing text.
+      CCTUNE_RETURN_IF_ERROR(CheckGreedyLogits(last, ids, s + t));
+    }
     if (options.return_logits) {
       CCTUNE_ASSIGN_OR_RETURN(Tensor dst, result.logits.Select(1, t));  // [b, v]
       CCTUNE_RETURN_IF_ERROR(dst.CopyFrom(last));

@@ -1,6 +1,7 @@
 #include "generation/generate.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/random.h"
@@ -366,6 +367,36 @@ TEST_F(GenerateTest, AcceptsOneDimensionalAndInt32Prompts) {
   GenerateResult b = ValueOrDie(Generate(model(), ValueOrDie(LeftPad({ids}, 0)), opts, gen));
   EXPECT_EQ(a.generated, b.generated);
   EXPECT_EQ(a.tokens.shape(), (Shape{1, 8}));
+}
+
+TEST_F(GenerateTest, GreedyDecodingOfNaNWeightsIsAnErrorNamingThePosition) {
+  // A NaN in the embedding of the last prompt token spreads to every logit of that position.
+  Tensor w = model().tok_embeddings().weight();
+  const int64_t d = w.size(1);
+  w.data<float>()[5 * d + 3] = std::numeric_limits<float>::quiet_NaN();
+  GenerateOptions opts;
+  opts.max_new_tokens = 4;
+  opts.sampling.temperature = 0.f;
+  Generator gen(1);
+  auto st = Generate(model(), ValueOrDie(LeftPad({{1, 2, 5}}, 0)), opts, gen);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(std::string(st.status().message()), HasSubstr("position 3"));
+  EXPECT_THAT(std::string(st.status().message()), HasSubstr("not finite"));
+  // Sampling already refused it; it still does.
+  opts.sampling.temperature = 0.8f;
+  EXPECT_FALSE(Generate(model(), ValueOrDie(LeftPad({{1, 2, 5}}, 0)), opts, gen).ok());
+}
+
+TEST_F(GenerateTest, HugeMaxNewTokensIsAnErrorNotAnOverflow) {
+  GenerateOptions opts;
+  Generator gen(1);
+  for (int64_t n : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 1,
+                    int64_t{1} << 62}) {
+    opts.max_new_tokens = n;
+    auto st = Generate(model(), ValueOrDie(LeftPad({{1, 2}}, 0)), opts, gen);
+    ASSERT_FALSE(st.ok()) << n;
+    EXPECT_THAT(std::string(st.status().message()), HasSubstr("max_seq_len (128)")) << n;
+  }
 }
 
 }  // namespace
