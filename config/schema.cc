@@ -1,5 +1,7 @@
 #include "config/schema.h"
 
+#include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +76,69 @@ KeyType KeyType::OrNull() const {
   return t;
 }
 
+KeyType KeyType::InRange(double min, double max) const {
+  KeyType t = AtLeast(min);
+  t.has_max_ = true;
+  t.max_ = max;
+  return t;
+}
+
+KeyType KeyType::AtLeast(double min) const {
+  KeyType t = *this;
+  t.has_min_ = true;
+  t.min_exclusive_ = false;
+  t.min_ = min;
+  return t;
+}
+
+KeyType KeyType::GreaterThan(double min) const {
+  KeyType t = AtLeast(min);
+  t.min_exclusive_ = true;
+  return t;
+}
+
+namespace {
+
+// A bound as users read it: "1048576", "0.5", "1e+30".
+std::string BoundText(double v, bool is_int) {
+  if (is_int && std::fabs(v) < 9.0e18) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrCat(v);
+}
+
+}  // namespace
+
+std::string KeyType::RangeMismatch(const ConfigNode& node) const {
+  using Kind = ConfigNode::Kind;
+  if (!has_range() || (node.kind() != Kind::kInt && node.kind() != Kind::kFloat)) return "";
+  const bool is_int = base_ == Base::kInt;
+  bool ok = true;
+  if (node.kind() == Kind::kInt) {
+    // Exact for every int64: compare in long double, which holds 64-bit integers.
+    const long double v = static_cast<long double>(node.int_value());
+    if (has_min_) ok = ok && (min_exclusive_ ? v > min_ : v >= min_);
+    if (has_max_) ok = ok && v <= max_;
+  } else {
+    const double v = node.float_value();
+    ok = std::isfinite(v);
+    if (has_min_) ok = ok && (min_exclusive_ ? v > min_ : v >= min_);
+    if (has_max_) ok = ok && v <= max_;
+  }
+  if (ok) return "";
+  std::string range;
+  if (has_min_ && has_max_) {
+    range = absl::StrCat("in ", min_exclusive_ ? "(" : "[", BoundText(min_, is_int), ", ",
+                         BoundText(max_, is_int), "]");
+  } else if (has_min_) {
+    range = absl::StrCat(min_exclusive_ ? "> " : ">= ", BoundText(min_, is_int));
+  } else {
+    range = absl::StrCat("<= ", BoundText(max_, is_int));
+  }
+  if (node.kind() == Kind::kFloat) absl::StrAppend(&range, " and finite");
+  const std::string value =
+      node.text().empty() ? absl::StrCat(node.float_value()) : node.text();
+  return absl::StrCat("must be ", range, ", got ", value);
+}
+
 std::string KeyType::Name() const {
   std::string name;
   switch (base_) {
@@ -106,6 +171,15 @@ std::string KeyType::Name() const {
     case Base::kEnum:
       name = absl::StrCat("one of ", absl::StrJoin(enum_values_, "|"));
       break;
+  }
+  if (has_min_ && has_max_) {
+    absl::StrAppend(&name, " in ", min_exclusive_ ? "(" : "[",
+                    BoundText(min_, base_ == Base::kInt), ", ",
+                    BoundText(max_, base_ == Base::kInt), "]");
+  } else if (has_min_) {
+    absl::StrAppend(&name, min_exclusive_ ? " > " : " >= ", BoundText(min_, base_ == Base::kInt));
+  } else if (has_max_) {
+    absl::StrAppend(&name, " <= ", BoundText(max_, base_ == Base::kInt));
   }
   if (nullable_) absl::StrAppend(&name, " or null");
   return name;
@@ -154,7 +228,7 @@ std::string KeyType::Mismatch(const ConfigNode& node) const {
       }
       break;
   }
-  if (ok) return "";
+  if (ok) return RangeMismatch(node);
   std::string msg = absl::StrCat("expected ", Name(), ", got ", node.Describe());
   if (base_ == Base::kString && node.IsScalar()) {
     absl::StrAppend(&msg, " (quote it, e.g. \"", node.text(), "\", to make it a string)");

@@ -55,6 +55,14 @@ class KeyType {
 
   // The same type, also accepting null.
   KeyType OrNull() const;
+  // The same kInt or kFloat type with inclusive bounds. A value outside them is a mismatch
+  // naming the range and the value (NaN is outside every range), so that code reading the key
+  // can do arithmetic on it without overflow.
+  KeyType InRange(double min, double max) const;
+  // Only a lower bound, inclusive (AtLeast) or exclusive (GreaterThan), e.g. a positive
+  // learning rate; NaN and infinities fail either.
+  KeyType AtLeast(double min) const;
+  KeyType GreaterThan(double min) const;
 
   Base base() const { return base_; }
   bool nullable() const { return nullable_; }
@@ -62,9 +70,13 @@ class KeyType {
   const Schema& object() const { return *object_; }     // kObject
   const std::string& component_kind() const { return component_kind_; }
   const std::vector<std::string>& enum_values() const { return enum_values_; }
+  bool has_range() const { return has_min_ || has_max_; }
+
+  // "" when `node` (of the right kind) is inside the bounds, else "must be in [1, 64], got 0".
+  std::string RangeMismatch(const ConfigNode& node) const;
 
   // For messages and docs: "int", "list of string", "one of grouped|expanded",
-  // "model component", "int or null".
+  // "model component", "int or null", "int in [1, 1048576]", "float > 0".
   std::string Name() const;
 
   // Whether `node`'s own shape matches (list elements included; keys inside maps, objects and
@@ -78,6 +90,8 @@ class KeyType {
   std::shared_ptr<const Schema> object_;
   std::string component_kind_;
   std::vector<std::string> enum_values_;
+  bool has_min_ = false, has_max_ = false, min_exclusive_ = false;
+  double min_ = 0, max_ = 0;
 };
 
 // One accepted key.

@@ -1,5 +1,8 @@
 #include "config/schema.h"
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -110,6 +113,42 @@ TEST(SchemaTest, ChecksAndUnknownKeys) {
   s.AllowUnknownKeys();
   EXPECT_TRUE(s.allow_unknown_keys());
   EXPECT_THAT(Schema().KeyNames(), IsEmpty());
+}
+
+TEST(KeyTypeTest, RangesRejectValuesOutsideThemAndNaN) {
+  const KeyType steps = KeyType::Int().InRange(1, 1 << 20);
+  EXPECT_EQ(steps.Name(), "int in [1, 1048576]");
+  EXPECT_EQ(steps.Mismatch(ConfigNode::Int(1)), "");
+  EXPECT_EQ(steps.Mismatch(ConfigNode::Int(1 << 20)), "");
+  EXPECT_EQ(steps.Mismatch(ConfigNode::Int(0)), "must be in [1, 1048576], got 0");
+  EXPECT_EQ(steps.Mismatch(ConfigNode::Int(std::numeric_limits<int64_t>::max())),
+            "must be in [1, 1048576], got 9223372036854775807");
+  EXPECT_EQ(steps.Mismatch(ConfigNode::Int(std::numeric_limits<int64_t>::min())),
+            "must be in [1, 1048576], got -9223372036854775808");
+  EXPECT_THAT(steps.Mismatch(ConfigNode::String("5")), HasSubstr("expected int in [1, 1048576]"));
+  // Exact at the edge of int64, where doubles round.
+  const KeyType edge = KeyType::Int().InRange(0, 9007199254740992.0);  // 2^53
+  EXPECT_EQ(edge.Mismatch(ConfigNode::Int(9007199254740992)), "");
+  EXPECT_NE(edge.Mismatch(ConfigNode::Int(9007199254740993)), "");
+
+  const KeyType norm = KeyType::Float().GreaterThan(0).OrNull();
+  EXPECT_EQ(norm.Name(), "float > 0 or null");
+  EXPECT_EQ(norm.Mismatch(ConfigNode::Float(1.0)), "");
+  EXPECT_EQ(norm.Mismatch(ConfigNode::Int(2)), "");
+  EXPECT_EQ(norm.Mismatch(ConfigNode::Null()), "");
+  EXPECT_THAT(norm.Mismatch(ConfigNode::Float(0.0)), HasSubstr("must be > 0"));
+  EXPECT_THAT(norm.Mismatch(ConfigNode::Float(-1.0)), HasSubstr("got -1"));
+  EXPECT_THAT(norm.Mismatch(ConfigNode::Float(std::nan(""))), HasSubstr("must be > 0"));
+  EXPECT_THAT(norm.Mismatch(ConfigNode::Float(INFINITY)), HasSubstr("finite"));
+  const KeyType temp = KeyType::Float().AtLeast(0);
+  EXPECT_EQ(temp.Mismatch(ConfigNode::Float(0.0)), "");
+  EXPECT_NE(temp.Mismatch(ConfigNode::Float(-0.5)), "");
+}
+
+TEST(SchemaTest, DefaultsOutsideTheirRangeAreDefinitionErrors) {
+  Schema s("s");
+  s.Default("n", KeyType::Int().InRange(1, 8), ConfigNode::Int(9), "n");
+  EXPECT_THAT(std::string(s.CheckDefinition().message()), HasSubstr("must be in [1, 8], got 9"));
 }
 
 }  // namespace
