@@ -34,18 +34,29 @@ std::string DecoderConfigString(const DecoderConfig& c) {
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(const DecoderConfig& config) {
   DecoderConfig c = config;
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
-  auto positive = [](const char* name, int64_t v) -> absl::Status {
-    if (v > 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("decoder config: ", name, " (", v, ") must be positive"));
+  // Upper bounds far above any published model keep every product of sizes (d * v, the RoPE
+  // table s * h_d, ...) inside int64, and stop a config from building 10^9 layers.
+  auto positive = [](const char* name, int64_t v, int64_t max) -> absl::Status {
+    if (v <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoder config: ", name, " (", v, ") must be positive"));
+    }
+    if (v > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoder config: ", name, " (", v, ") must be at most ", max));
+    }
+    return absl::OkStatus();
   };
-  CCTUNE_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
-  CCTUNE_RETURN_IF_ERROR(positive("num_layers", c.num_layers));
-  CCTUNE_RETURN_IF_ERROR(positive("num_heads", c.num_heads));
-  CCTUNE_RETURN_IF_ERROR(positive("num_kv_heads", c.num_kv_heads));
-  CCTUNE_RETURN_IF_ERROR(positive("embed_dim", c.embed_dim));
-  CCTUNE_RETURN_IF_ERROR(positive("intermediate_dim", c.intermediate_dim));
-  CCTUNE_RETURN_IF_ERROR(positive("max_seq_len", c.max_seq_len));
+  CCTUNE_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size, kMaxDecoderVocabSize));
+  CCTUNE_RETURN_IF_ERROR(positive("num_layers", c.num_layers, kMaxDecoderLayers));
+  CCTUNE_RETURN_IF_ERROR(positive("num_heads", c.num_heads, kMaxDecoderHeads));
+  CCTUNE_RETURN_IF_ERROR(positive("num_kv_heads", c.num_kv_heads, kMaxDecoderHeads));
+  CCTUNE_RETURN_IF_ERROR(positive("embed_dim", c.embed_dim, kMaxDecoderWidth));
+  CCTUNE_RETURN_IF_ERROR(positive("intermediate_dim", c.intermediate_dim, kMaxDecoderWidth));
+  CCTUNE_RETURN_IF_ERROR(positive("max_seq_len", c.max_seq_len, kMaxDecoderSeqLen));
+  if (c.head_dim != 0) {
+    CCTUNE_RETURN_IF_ERROR(positive("head_dim", c.head_dim, kMaxDecoderWidth));
+  }
   if (c.head_dim == 0) {
     if (c.embed_dim % c.num_heads != 0) {
       return absl::InvalidArgumentError(absl::StrCat("decoder config: embed_dim (", c.embed_dim,

@@ -16,6 +16,13 @@
 
 namespace cctune {
 
+// Largest sizes BuildDecoder accepts (docs/config_reference.md, "Limits").
+inline constexpr int64_t kMaxDecoderVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxDecoderLayers = 4096;
+inline constexpr int64_t kMaxDecoderHeads = 4096;
+inline constexpr int64_t kMaxDecoderWidth = int64_t{1} << 20;  // embed, intermediate, head dims
+inline constexpr int64_t kMaxDecoderSeqLen = int64_t{1} << 24;
+
 struct DecoderConfig {
   int64_t vocab_size = 0;
   int64_t num_layers = 0;

@@ -1,5 +1,7 @@
 #include "models/decoder_builder.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/random.h"
@@ -78,6 +80,23 @@ TEST(DecoderBuilderTest, ErrorsNameTheField) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->layer(0).attn().num_kv_heads(), 4);
   EXPECT_THAT(DecoderConfigString(Small()), HasSubstr("num_kv_heads=2"));
+}
+
+TEST(DecoderBuilderTest, HugeSizesAreErrorsNotCrashesOrHangs) {
+  DecoderConfig c = Small();
+  c.max_seq_len = std::numeric_limits<int64_t>::max();  // used to overflow the RoPE table size
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("max_seq_len (9223372036854775807) must be at most 16777216"));
+  c = Small();
+  c.num_layers = 1000000000;  // used to build layer after layer for minutes
+  EXPECT_THAT(std::string(BuildDecoder(c).status().message()),
+              HasSubstr("num_layers (1000000000) must be at most 4096"));
+  c = Small();
+  c.vocab_size = int64_t{1} << 40;
+  EXPECT_FALSE(BuildDecoder(c).ok());
+  c = Small();
+  c.head_dim = std::numeric_limits<int64_t>::max() - 1;
+  EXPECT_FALSE(BuildDecoder(c).ok());
 }
 
 }  // namespace

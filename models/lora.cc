@@ -1,6 +1,7 @@
 #include "models/lora.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -32,9 +33,13 @@ absl::Status CheckOptions(const LoRAOptions& lora, const DecoderConfig& c) {
                        "' (expected q_proj, k_proj, v_proj or output_proj)"));
     }
   }
-  if (lora.lora_rank <= 0) {
+  if (lora.lora_rank <= 0 || lora.lora_rank > kMaxDecoderWidth) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA: lora_rank (", lora.lora_rank,
+                                                   ") must be in [1, ", kMaxDecoderWidth, "]"));
+  }
+  if (!std::isfinite(lora.lora_alpha)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("LoRA: lora_rank (", lora.lora_rank, ") must be positive"));
+        absl::StrCat("LoRA: lora_alpha (", lora.lora_alpha, ") must be finite"));
   }
   if (!(lora.lora_dropout >= 0.0 && lora.lora_dropout < 1.0)) {
     return absl::InvalidArgumentError(
