@@ -40,22 +40,26 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Required("dataset", KeyType::Component("dataset"), "training dataset")
       .Default("validation_dataset", KeyType::Component("dataset").OrNull(), ConfigNode::Null(),
                "held-out dataset for the validation loss (null: none)")
-      .Default("eval_every_n_steps", KeyType::Int(), ConfigNode::Int(0),
+      .Default("eval_every_n_steps", KeyType::Int().InRange(0, kMaxStepsKey), ConfigNode::Int(0),
                "validation loss every N steps (0: only at epoch ends when configured)")
       .Default("seed", KeyType::Int(), ConfigNode::Int(0), "init, shuffling and RNG seed")
       .Default("shuffle", KeyType::Bool(), ConfigNode::Bool(true), "shuffle every epoch")
-      .Default("batch_size", KeyType::Int(), ConfigNode::Int(2), "samples per micro-batch")
+      .Default("batch_size", KeyType::Int().InRange(1, kMaxBatchSizeKey), ConfigNode::Int(2),
+               "samples per micro-batch")
       .Check("batch_size", AtLeastOne)
-      .Default("epochs", KeyType::Int(), ConfigNode::Int(1), "passes over the dataset")
+      .Default("epochs", KeyType::Int().InRange(1, kMaxEpochsKey), ConfigNode::Int(1),
+               "passes over the dataset")
       .Check("epochs", AtLeastOne)
-      .Default("max_steps_per_epoch", KeyType::Int().OrNull(), ConfigNode::Null(),
+      .Default("max_steps_per_epoch", KeyType::Int().InRange(1, kMaxStepsKey).OrNull(),
+               ConfigNode::Null(),
                "cap on optimizer steps per epoch (null: the whole epoch)")
       .Check("max_steps_per_epoch", AtLeastOne)
-      .Default("gradient_accumulation_steps", KeyType::Int(), ConfigNode::Int(1),
+      .Default("gradient_accumulation_steps", KeyType::Int().InRange(1, kMaxBatchSizeKey),
+               ConfigNode::Int(1),
                "micro-batches per optimizer step")
       .Check("gradient_accumulation_steps", AtLeastOne)
-      .Default("clip_grad_norm", KeyType::Float().OrNull(), ConfigNode::Null(),
-               "global L2 norm clipping (null: none; the norm is still logged)")
+      .Default("clip_grad_norm", KeyType::Float().GreaterThan(0).OrNull(), ConfigNode::Null(),
+               "global L2 norm clipping, > 0 (null: none; the norm is still logged)")
       .Required("optimizer", KeyType::Component("optimizer"), "torch.optim.AdamW / SGD")
       .Default("lr_scheduler", KeyType::Component("lr_scheduler").OrNull(), ConfigNode::Null(),
                "learning-rate schedule (null: constant)")
@@ -74,16 +78,19 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Check("device", TrainingDeviceName)
       .Default("metric_logger", KeyType::Component("metric_logger").OrNull(), ConfigNode::Null(),
                "where metrics go (null: stdout)")
-      .Default("log_every_n_steps", KeyType::Int(), ConfigNode::Int(1), "log period in steps")
+      .Default("log_every_n_steps", KeyType::Int().InRange(1, kMaxStepsKey), ConfigNode::Int(1),
+               "log period in steps")
       .Check("log_every_n_steps", AtLeastOne)
       .Default("log_peak_memory_stats", KeyType::Bool(), ConfigNode::Bool(true),
                "log peak_memory_gb")
-      .Default("save_every_n_steps", KeyType::Int().OrNull(), ConfigNode::Null(),
+      .Default("save_every_n_steps", KeyType::Int().InRange(1, kMaxStepsKey).OrNull(),
+               ConfigNode::Null(),
                "checkpoint period in steps (null: epoch ends only)")
       .Check("save_every_n_steps", AtLeastOne)
       .Default("resume_from_checkpoint", KeyType::Bool(), ConfigNode::Bool(false),
                "continue from <output_dir>/LATEST bit-identically")
-      .Default("stop_after_steps", KeyType::Int().OrNull(), ConfigNode::Null(),
+      .Default("stop_after_steps", KeyType::Int().InRange(1, kMaxStepsKey).OrNull(),
+               ConfigNode::Null(),
                "end the run (with a checkpoint) after this many steps in total, as a "
                "preemption would; the schedule is unchanged (null: run to the end)")
       .Check("stop_after_steps", AtLeastOne);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "data/byte_tokenizer.h"
+#include "recipes/config_checks.h"
 #include "tokenizers/llama2c.h"
 #include "tokenizers/sentencepiece.h"
 #include "tokenizers/tiktoken.h"
@@ -34,8 +35,8 @@ Schema TokenizerSchema(std::string doc, std::string template_doc) {
   return Schema("", std::move(doc))
       .Required("path", KeyType::String(), "the tokenizer file")
       .Check("path", FileExists)
-      .Default("max_seq_len", KeyType::Int().OrNull(), ConfigNode::Null(),
-               "cut prompts to this many tokens (null: no limit)")
+      .Default("max_seq_len", KeyType::Int().InRange(1, kMaxSeqLenKey).OrNull(),
+               ConfigNode::Null(), "longest tokenized sample or prompt (null: no limit)")
       .Check("max_seq_len", PositiveOrNull)
       .Default("prompt_template", KeyType::String().OrNull(), ConfigNode::Null(),
                std::move(template_doc));
@@ -152,8 +153,8 @@ absl::Status RegisterTokenizers() {
     CCTUNE_RETURN_IF_ERROR(TokenizerRegistry().Register(
         "cctune.data.byte_tokenizer",
         Schema("", "byte-level tokenizer (256 bytes + 8 Llama 3 special tokens, vocab 264)")
-            .Default("max_seq_len", KeyType::Int().OrNull(), ConfigNode::Null(),
-                     "samples are cut to this many tokens")
+            .Default("max_seq_len", KeyType::Int().InRange(1, kMaxSeqLenKey).OrNull(),
+                     ConfigNode::Null(), "samples are cut to this many tokens")
             .Check("max_seq_len", PositiveOrNull),
         [](const ConfigNode& node) -> absl::StatusOr<TokenizerComponent> {
           TokenizerComponent t;

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "data/dataset.h"
 #include "data/dataset_components.h"
+#include "recipes/config_checks.h"
 #include "recipes/tokenizer_components.h"
 
 namespace cctune {
@@ -164,7 +165,8 @@ absl::Status RegisterTrainingComponents() {
     CCTUNE_RETURN_IF_ERROR(LrSchedulerRegistry().Register(
         "cctune.training.lr_schedulers.get_cosine_schedule_with_warmup",
         Schema("", "linear warmup then cosine decay (torchtune's)")
-            .Default("num_warmup_steps", KeyType::Int(), ConfigNode::Int(0), "warmup steps")
+            .Default("num_warmup_steps", KeyType::Int().InRange(0, kMaxStepsKey),
+                     ConfigNode::Int(0), "warmup steps")
             .Check("num_warmup_steps", NonNegativeNumber)
             .Default("num_cycles", KeyType::Float(), ConfigNode::Float(0.5), "cosine cycles"),
         [](const ConfigNode& node, int64_t total) -> absl::StatusOr<CosineScheduleWithWarmup> {
@@ -195,12 +197,14 @@ absl::Status RegisterTrainingComponents() {
     CCTUNE_RETURN_IF_ERROR(DatasetRegistry().Register(
         "cctune.data.synthetic_arithmetic",
         Schema("", "\"a+b=c\" samples generated deterministically from a seed")
-            .Default("num_samples", KeyType::Int(), ConfigNode::Int(4096), "samples")
+            .Default("num_samples", KeyType::Int().InRange(1, kMaxNumSamplesKey),
+                     ConfigNode::Int(4096), "samples")
             .Check("num_samples", PositiveInt)
             .Default("seed", KeyType::Int(), ConfigNode::Int(0), "generator seed")
-            .Default("first_index", KeyType::Int(), ConfigNode::Int(0),
+            .Default("first_index", KeyType::Int().InRange(0, int64_t{1} << 62), ConfigNode::Int(0),
                      "index of the first sample (a held-out split starts past the training one)")
-            .Default("max_digits", KeyType::Int(), ConfigNode::Int(2), "digits per operand")
+            .Default("max_digits", KeyType::Int().InRange(1, 9), ConfigNode::Int(2),
+                     "digits per operand")
             .Default("train_on_input", KeyType::Bool(), ConfigNode::Bool(false),
                      "also train on the prompt \"a+b=\"")
             .Default("packed", KeyType::Bool(), ConfigNode::Bool(false), "must be false")

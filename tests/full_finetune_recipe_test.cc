@@ -349,5 +349,33 @@ TEST_F(FullFinetuneRecipeTest, BuiltinConfigsValidate) {
   EXPECT_EQ(ReadFile(Out("demo") + "/LATEST"), "step_2\n");
 }
 
+// Hostile integers and norms: each an error naming the key, before any training.
+TEST_F(FullFinetuneRecipeTest, HostileValuesAreErrorsNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // Clipping used to be silently off for these.
+      {"clip_grad_norm=0", "key 'clip_grad_norm': must be > 0"},
+      {"clip_grad_norm=-1.5", "key 'clip_grad_norm': must be > 0"},
+      {"clip_grad_norm=.nan", "key 'clip_grad_norm': must be > 0"},
+      // std::length_error from reserve() used to abort.
+      {"dataset.num_samples=9223372036854775807", "key 'dataset.num_samples': must be in [1, "},
+      // epochs * steps per epoch used to overflow.
+      {"epochs=9223372036854775807", "key 'epochs': must be in [1, 1048576]"},
+      {"batch_size=9223372036854775807", "key 'batch_size': must be in [1, 65536]"},
+      {"gradient_accumulation_steps=-1", "key 'gradient_accumulation_steps': must be in [1, "},
+      {"max_steps_per_epoch=0", "key 'max_steps_per_epoch': must be in [1, "},
+      {"dataset.first_index=9223372036854775807", "key 'dataset.first_index': must be in [0, "},
+      {"tokenizer.max_seq_len=0", "key 'tokenizer.max_seq_len': must be in [1, 1048576]"},
+      {"model.num_layers=1000000000", "num_layers (1000000000) must be at most 4096"},
+  };
+  int i = 0;
+  for (const auto& [override, expected] : cases) {
+    ProcessResult r = Run(absl::StrCat("hostile", i++), {override});
+    EXPECT_EQ(r.exit_code, 1) << override << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(expected)) << override;
+  }
+  // null stays "no clipping".
+  EXPECT_EQ(Run("hostile_null", {"clip_grad_norm=null", "stop_after_steps=1"}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace cctune
