@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "recipes/cli.h"
+#include "recipes/main_guard.h"
 #include "recipes/working_directory.h"
 
 int main(int argc, char** argv) {
   cctune::ChdirToUserWorkingDirectory();
-  return cctune::CctuneMain(std::vector<std::string>(argv + 1, argv + argc));
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  return cctune::GuardedMain("cctune", [&] { return cctune::CctuneMain(args); });
 }

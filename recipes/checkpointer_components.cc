@@ -154,6 +154,17 @@ class HfCheckpointer final : public Checkpointer {
     LoadedCheckpoint out;
     out.state_dict = std::move(ck.state_dict);
     out.files = std::move(ck.files);
+    const HfModelConfig& c = ck.config;
+    out.sizes.source = (fs::path(dir_) / "config.json").string();
+    out.sizes.vocab_size = c.vocab_size;
+    out.sizes.embed_dim = c.hidden_size;
+    out.sizes.num_layers = c.num_hidden_layers;
+    out.sizes.num_heads = c.num_attention_heads;
+    out.sizes.num_kv_heads = c.num_key_value_heads > 0 ? c.num_key_value_heads
+                                                       : c.num_attention_heads;
+    out.sizes.head_dim = c.head_dim > 0 ? c.head_dim
+                         : c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads
+                                                     : 0;
     return out;
   }
 
@@ -181,6 +192,13 @@ class Llama2cCheckpointer final : public Checkpointer {
         {"vocab_size", absl::StrCat(c.shared_classifier ? c.vocab_size : -c.vocab_size)},
         {"seq_len", absl::StrCat(c.seq_len)}};
     out.files = {path_};
+    out.sizes.source = absl::StrCat("the llama2.c header of ", path_);
+    out.sizes.vocab_size = c.vocab_size;
+    out.sizes.embed_dim = c.dim;
+    out.sizes.num_layers = c.n_layers;
+    out.sizes.num_heads = c.n_heads;
+    out.sizes.num_kv_heads = c.n_kv_heads;
+    out.sizes.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
     return out;
   }
 
@@ -204,6 +222,38 @@ void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<Confi
     const ConfigNode& where = files->IsList() ? files->items()[i] : *files;
     errors->push_back(where.MakeError(absl::StrCat("checkpoint file '", path, "' does not exist")));
   }
+}
+
+absl::Status CheckModelMatchesCheckpoint(const TransformerDecoder& model,
+                                         const LoadedCheckpoint& checkpoint) {
+  const CheckpointModelSizes& c = checkpoint.sizes;
+  if (model.num_layers() == 0) return absl::OkStatus();
+  const auto& attn = model.layer(0).attn();
+  struct Pair {
+    const char* name;  // as config.json / torchtune name it
+    int64_t stated;
+    int64_t built;
+  };
+  const Pair pairs[] = {
+      {"vocab_size", c.vocab_size, model.vocab_size()},
+      {"embed_dim (hidden_size)", c.embed_dim, model.embed_dim()},
+      {"num_layers (num_hidden_layers)", c.num_layers, static_cast<int64_t>(model.num_layers())},
+      {"num_heads (num_attention_heads)", c.num_heads, attn.num_heads()},
+      {"num_kv_heads (num_key_value_heads)", c.num_kv_heads, attn.num_kv_heads()},
+      {"head_dim", c.head_dim, attn.head_dim()},
+  };
+  std::vector<std::string> problems;
+  for (const Pair& p : pairs) {
+    if (p.stated <= 0 || p.stated == p.built) continue;
+    problems.push_back(
+        absl::StrCat(p.name, ": ", p.stated, " in the checkpoint, ", p.built, " in the model"));
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model built from the config does not match the checkpoint (", c.source, "): ",
+      absl::StrJoin(problems, "; "),
+      ". Weights of the same shapes would load and give wrong text; fix the model keys or use "
+      "the matching checkpoint"));
 }
 
 CheckpointerRegistryT& CheckpointerRegistry() {

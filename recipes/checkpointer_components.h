@@ -16,8 +16,22 @@
 #include "checkpoint/state_dict.h"
 #include "config/registry.h"
 #include "models/registry.h"
+#include "modules/transformer_decoder.h"
 
 namespace cctune {
+
+// The sizes a checkpoint states for the model it holds (config.json, a llama2.c header); 0 =
+// not stated. Tensor shapes alone do not fix them: q_proj is [d, d] for 8 heads of 16 and for
+// 4 heads of 32, so a model built with other head counts loads and writes wrong text.
+struct CheckpointModelSizes {
+  std::string source;  // where they were read, for messages
+  int64_t vocab_size = 0;
+  int64_t embed_dim = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
 
 struct LoadedCheckpoint {
   StateDict state_dict;  // torchtune names; may be zero-copy views on mapped files
@@ -25,7 +39,13 @@ struct LoadedCheckpoint {
   // uses them for keys its config node leaves out.
   ModelArgs model_args;
   std::vector<std::string> files;  // what was read
+  CheckpointModelSizes sizes;
 };
+
+// InvalidArgument naming both values when `model` (built from the config's model node)
+// disagrees with a size the checkpoint states.
+absl::Status CheckModelMatchesCheckpoint(const TransformerDecoder& model,
+                                         const LoadedCheckpoint& checkpoint);
 
 class Checkpointer {
  public:

@@ -118,6 +118,7 @@ absl::Status RunFullFinetuneRecipe(const Config& config) {
     CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
     CCTUNE_ASSIGN_OR_RETURN(run.model, ModelComponentRegistry().InstantiateKey(
                                            root, "model", ckpt.model_args));
+    CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*run.model, ckpt));
     CCTUNE_ASSIGN_OR_RETURN(run.params,
                             LoadWeights(*run.model, ckpt.state_dict, run.dtype, device));
   } else {

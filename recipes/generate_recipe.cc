@@ -80,12 +80,13 @@ Schema BuildSchema() {
       .Default("seed", KeyType::Int().OrNull(), ConfigNode::Null(),
                "sampling seed (null: a random one, logged)")
       .Required("prompt", KeyType::Object(PromptSchema()), "prompt.system and prompt.user")
-      .Required("max_new_tokens", KeyType::Int(), "most tokens to generate")
+      .Required("max_new_tokens", KeyType::Int().InRange(1, kMaxSeqLenKey),
+                "most tokens to generate")
       .Check("max_new_tokens", AtLeastOne)
-      .Default("temperature", KeyType::Float(), ConfigNode::Float(1.0),
+      .Default("temperature", KeyType::Float().AtLeast(0), ConfigNode::Float(1.0),
                "softmax temperature (0: greedy)")
       .Check("temperature", NonNegative)
-      .Default("top_k", KeyType::Int().OrNull(), ConfigNode::Null(),
+      .Default("top_k", KeyType::Int().InRange(1, kMaxTopKKey).OrNull(), ConfigNode::Null(),
                "sample among the k most likely tokens (null: all)")
       .Check("top_k", AtLeastOne)
       .Default("top_p", KeyType::Float(), ConfigNode::Float(1.0),
@@ -160,12 +161,18 @@ absl::Status RunGenerateRecipe(const Config& config) {
   CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
                           ModelComponentRegistry().InstantiateKey(root, "model", ckpt.model_args));
+  CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*model, ckpt));
   CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
                           LoadWeights(*model, ckpt.state_dict, dtype, device));
   ckpt = LoadedCheckpoint();  // unmaps the files
+  // Ids the tokenizer can produce must index the model's embedding; otherwise a prompt with a
+  // high id fails late and stop tokens past the model's vocabulary could never be generated.
+  // (A model with more rows than tokens, as Qwen2.5's padded vocabulary, is fine.)
   if (tok.tokenizer->vocab_size() > model->vocab_size()) {
-    std::fprintf(stderr, "Note: the tokenizer has %d tokens, the model %lld.\n",
-                 tok.tokenizer->vocab_size(), static_cast<long long>(model->vocab_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the tokenizer has ", tok.tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
+        model->vocab_size(), ": token ids up to ", tok.tokenizer->vocab_size() - 1,
+        " would be outside the model's embedding; use the tokenizer the model was trained with"));
   }
 
   // The prompt: prompt.system (optional) and prompt.user through the template, with the
@@ -185,17 +192,26 @@ absl::Status RunGenerateRecipe(const Config& config) {
   messages.push_back(std::move(user));
   CCTUNE_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
                           InferencePrompt(*tok.tokenizer, tok.prompt_format, messages));
-  if (tok.max_seq_len.has_value() && static_cast<int64_t>(prompt.size()) > *tok.max_seq_len) {
-    prompt.resize(*tok.max_seq_len);
+  // torchtune cuts the prompt to tokenizer.max_seq_len without a word; that drops the end of
+  // the prompt (the open assistant turn included), so the model would continue a sentence it
+  // was never asked. An error says what to change instead.
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (tok.max_seq_len.has_value() && prompt_len > *tok.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt is ", prompt_len, " tokens, more than tokenizer.max_seq_len (",
+        *tok.max_seq_len, "); shorten prompt.user / prompt.system or raise "
+        "tokenizer.max_seq_len"));
   }
 
   CCTUNE_ASSIGN_OR_RETURN(int64_t max_new_tokens, root.GetInt("max_new_tokens"));
-  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-  if (total > model->max_seq_len()) {
+  // Compared without adding, so that no value of max_new_tokens can overflow.
+  if (max_new_tokens < 1 || prompt_len > model->max_seq_len() ||
+      max_new_tokens > model->max_seq_len() - prompt_len) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the prompt (", prompt.size(), " tokens) plus max_new_tokens (", max_new_tokens, ") is ",
-        total, " tokens, more than the model's max_seq_len (", model->max_seq_len(), ")"));
+        "the prompt (", prompt_len, " tokens) plus max_new_tokens (", max_new_tokens,
+        ") is more than the model's max_seq_len (", model->max_seq_len(), ")"));
   }
+  const int64_t total = prompt_len + max_new_tokens;
   CCTUNE_ASSIGN_OR_RETURN(bool enable_kv_cache, root.GetBool("enable_kv_cache"));
   CCTUNE_ASSIGN_OR_RETURN(std::string layout_name, root.GetString("kv_cache_layout"));
   CCTUNE_ASSIGN_OR_RETURN(KvCacheLayout layout, ParseKvCacheLayout(layout_name));

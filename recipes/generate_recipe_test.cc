@@ -62,7 +62,7 @@ TEST_F(ValidateGenerateConfigTest, ValueChecks) {
   EXPECT_THAT(all, HasSubstr("quantization is not supported"));
   EXPECT_THAT(all, HasSubstr("key 'top_p': must be in (0, 1]"));
   EXPECT_THAT(all, HasSubstr("key 'temperature': must be >= 0"));
-  EXPECT_THAT(all, HasSubstr("key 'top_k': must be >= 1"));
+  EXPECT_THAT(all, HasSubstr("key 'top_k': must be in [1, 2147483647], got 0"));
   EXPECT_THAT(all, HasSubstr("key 'dtype'"));
   EXPECT_THAT(all, HasSubstr("key 'device'"));
   EXPECT_THAT(all, HasSubstr("key 'kv_cache_layout'"));

@@ -311,6 +311,7 @@ absl::Status RunLoRAFinetuneRecipe(const Config& config) {
     CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
     CCTUNE_ASSIGN_OR_RETURN(run.model, ModelComponentRegistry().InstantiateKey(
                                            root, "model", ckpt.model_args));
+    CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*run.model, ckpt));
     CCTUNE_ASSIGN_OR_RETURN(run.params, ParameterArena::Create(*run.model, run.dtype, device));
     CCTUNE_ASSIGN_OR_RETURN(ParameterLayout adapter_layout,
                             LoRATrainableLayout(*run.model, run.dtype));

@@ -3,9 +3,11 @@
 #include <vector>
 
 #include "recipes/lora_finetune_single_device.h"
+#include "recipes/main_guard.h"
 #include "recipes/working_directory.h"
 
 int main(int argc, char** argv) {
   cctune::ChdirToUserWorkingDirectory();
-  return cctune::LoRAFinetuneMain(std::vector<std::string>(argv + 1, argv + argc));
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  return cctune::GuardedMain("lora_finetune_single_device", [&] { return cctune::LoRAFinetuneMain(args); });
 }

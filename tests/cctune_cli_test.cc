@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -182,6 +183,40 @@ TEST_F(CctuneValidateTest, InterpolationCycle) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("interpolation cycle"));
   EXPECT_THAT(r.err, HasSubstr("cycle.yaml:"));
+}
+
+// Hostile configs: each is an error naming the file, with exit code 1, from `cctune validate`
+// and from the recipe; they used to segfault (stack overflow) or run for minutes.
+TEST_F(CctuneValidateTest, HostileConfigsAreErrorsNotCrashes) {
+  const std::string dir = testing::TestTempDir("cctune_hostile");
+  std::string laughs = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    absl::StrAppend(&laughs, "l", i, ": &l", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&laughs, j ? ", " : "", "*l", i - 1);
+    absl::StrAppend(&laughs, "]\n");
+  }
+  std::string chain;
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&chain, "k", i, ": ${k", i + 1, "}\n");
+  absl::StrAppend(&chain, "k5000: end\n");
+  std::string many;
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&many, "key_", i, ": ", i, "\n");
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"alias_cycle.yaml", "&a {b: *a}\n"},  // 11 bytes
+      {"laughs.yaml", laughs},
+      {"deep.yaml", "a: " + std::string(5000, '[') + std::string(5000, ']') + "\n"},
+      {"chain.yaml", chain},
+      {"many.yaml", many},
+  };
+  for (const auto& [name, text] : files) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    ProcessResult r = Cctune({"validate", path});
+    EXPECT_EQ(r.exit_code, 1) << name << "\n" << r.err.substr(0, 2000);
+    EXPECT_THAT(r.err, HasSubstr(path)) << name;
+    ProcessResult run = Cctune({"run", "generate", "--config", path});
+    EXPECT_EQ(run.exit_code, 1) << name << "\n" << run.err.substr(0, 2000);
+    EXPECT_EQ(run.out, "") << name;
+  }
 }
 
 TEST_F(CctuneValidateTest, MalformedYaml) {

@@ -254,5 +254,47 @@ TEST(GenerateRecipeDemoTest, ReadmeMainCommandWritesTheSum) {
   }
 }
 
+// Hostile values: every one is an error on stderr with exit code 1 naming the key, never a
+// crash, a hang or text from a model that does not match its checkpoint.
+TEST(GenerateRecipeDemoTest, HostileValuesAreErrorsNamingTheKey) {
+  const std::string marker = "tests/assets/demo/config.json";
+  const std::string config_json = RunfilePath(marker);
+  const std::string root = config_json.substr(0, config_json.size() - marker.size());
+  const std::string fixture = testing::TestTempDir("generate_hostile");
+  ASSERT_TRUE(testing::WriteLlama2cFixture(fixture).ok());
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      // An addition past INT64_MAX used to slip under the max_seq_len check (then abort).
+      {{"max_new_tokens=9223372036854775807"}, "key 'max_new_tokens': must be in [1, 1048576]"},
+      {{"temperature=.nan"}, "key 'temperature': must be >= 0"},
+      {{"top_k=99999999999"}, "key 'top_k': must be in [1, 2147483647]"},
+      // The prompt used to be cut to max_seq_len without a word.
+      {{"tokenizer.max_seq_len=3"}, "more than tokenizer.max_seq_len (3)"},
+      // Same weight shapes, other head counts: used to print wrong text with exit 0.
+      {{"model.num_heads=4", "model.num_kv_heads=1"},
+       "num_heads (num_attention_heads): 8 in the checkpoint, 4 in the model"},
+      {{"model.num_heads=16", "model.num_kv_heads=4"}, "tests/assets/demo/config.json"},
+      // Used to segfault (RoPE table size overflow) and to build layers for minutes.
+      {{"model.max_seq_len=9223372036854775807"}, "must be at most"},
+      {{"model.num_layers=1000000000"}, "num_layers (1000000000) must be at most 4096"},
+      // A tokenizer with more ids than the model's embedding: stop tokens past the vocabulary
+      // were dropped, so generation could never stop.
+      {{"tokenizer={_component_: cctune.models.llama2c.llama2c_tokenizer, path: " + fixture +
+        "/tok.bin}"},
+       "the tokenizer has 300 tokens but the model's vocab_size is 264"},
+      // Used to recurse until the stack ran out.
+      {{"x=[&a [*a]]"}, "refers to a value that contains it"},
+  };
+  for (const auto& [overrides, expected] : cases) {
+    std::vector<std::string> argv = {RunfilePath("recipes/generate"), "--config",
+                                     "demo/generation"};
+    argv.insert(argv.end(), overrides.begin(), overrides.end());
+    ProcessResult r = RunProcess(argv, root);
+    const std::string what = ::testing::PrintToString(overrides);
+    EXPECT_EQ(r.exit_code, 1) << what << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << what;
+    EXPECT_THAT(r.err, HasSubstr(expected)) << what;
+  }
+}
+
 }  // namespace
 }  // namespace cctune
