@@ -706,6 +706,12 @@ std::string ScalarYaml(const ConfigNode& n) {
       return "null";
     case ConfigNode::Kind::kString:
       return PlainSafe(n.string_value()) ? n.string_value() : Quote(n.string_value());
+    case ConfigNode::Kind::kFloat: {
+      // The source spelling, unless it reads back as another kind ("!!float 3" -> "3").
+      auto typed = ResolvePlainScalar(n.text(), {});
+      if (typed.ok() && typed->kind() == ConfigNode::Kind::kFloat) return n.text();
+      return FormatDouble(n.float_value());
+    }
     default:
       return n.text();
   }

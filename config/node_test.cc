@@ -327,5 +327,16 @@ TEST(ConfigNodeTest, EqualityDistinguishesKindsAndOrder) {
   EXPECT_NE(ab, ba);
 }
 
+// Found by config/yaml_fuzzer: "!!float 3" printed as 3, which loads back as an int.
+TEST(NodeTest, ToYamlKeepsExplicitFloatsFloats) {
+  auto root = LoadYamlString("f: !!float 3\ng: !!float 0x10\nh: 2.50\n");
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto again = LoadYamlString(root->ToYaml());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *root) << root->ToYaml();
+  EXPECT_EQ(again->Find("f")->kind(), ConfigNode::Kind::kFloat);
+  EXPECT_EQ(again->Find("h")->text(), "2.50");  // the spelling stays when it reads back
+}
+
 }  // namespace
 }  // namespace cctune

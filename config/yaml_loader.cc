@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "yaml-cpp/depthguard.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace cctune {
@@ -189,12 +190,91 @@ absl::Status Measurer::Error(const YAML::Node& y, absl::string_view message) con
       absl::StrCat(converter_->LocationOf(y.Mark()).ToString(), ": ", message));
 }
 
+// Counts the documents of a YAML stream, at most kMaxDocuments of them. yaml-cpp 0.7's
+// YAML::LoadAll loops forever, allocating a null document per turn, on a ',' outside flow
+// collections (",", "- a\n,"; jbeder/yaml-cpp#1040, fixed upstream by #1319): the parser
+// reports a null document without consuming the token. Two such documents in a row at the
+// same mark are that case, reported as malformed YAML.
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  static constexpr int kMaxDocuments = 3;
+
+  // The number of documents (<= kMaxDocuments), or the mark of a token yaml-cpp cannot
+  // get past in *stuck_at.
+  int Count(const std::string& text, YAML::Mark* stuck_at) {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    int n = 0;
+    YAML::Mark previous_null;
+    bool previous_was_lone_null = false;
+    while (n < kMaxDocuments) {
+      events_ = 0;
+      lone_null_ = false;
+      if (!parser.HandleNextDocument(*this)) break;
+      ++n;
+      if (lone_null_ && events_ == 1) {
+        if (previous_was_lone_null && previous_null.pos == null_mark_.pos) {
+          *stuck_at = null_mark_;
+          return -1;
+        }
+        previous_was_lone_null = true;
+        previous_null = null_mark_;
+      } else {
+        previous_was_lone_null = false;
+      }
+    }
+    return n;
+  }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    if (events_++ == 0) {
+      lone_null_ = true;
+      null_mark_ = mark;
+    }
+  }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { ++events_; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    ++events_;
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    ++events_;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    ++events_;
+  }
+  void OnMapEnd() override {}
+
+ private:
+  int events_ = 0;
+  bool lone_null_ = false;
+  YAML::Mark null_mark_;
+};
+
 // Runs yaml-cpp on `text`; exceptions become Status naming `source` and the position.
 absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
                                                        const std::string& source,
                                                        const Location* fixed) {
   try {
-    return YAML::LoadAll(std::string(text));
+    const std::string copy(text);
+    YAML::Mark stuck;
+    const int count = DocumentCounter().Count(copy, &stuck);
+    if (count < 0) {
+      const Location loc =
+          fixed != nullptr ? *fixed : Location{source, stuck.line + 1, stuck.column + 1};
+      return absl::InvalidArgumentError(absl::StrCat(
+          loc.ToStringWithColumn(), ": malformed YAML: unexpected ',' outside a [list] or {map}"));
+    }
+    if (count == 0) return std::vector<YAML::Node>();
+    // More than one document: the caller reports it; their number need not be exact.
+    std::vector<YAML::Node> docs(count > 1 ? count : 0);
+    if (count == 1) docs.push_back(YAML::Load(copy));
+    return docs;
   } catch (const YAML::DeepRecursion& e) {
     Location loc = fixed != nullptr ? *fixed : Location{source, 0, 0};
     if (fixed == nullptr && !e.mark.is_null()) loc.line = e.mark.line + 1;
@@ -222,7 +302,9 @@ absl::StatusOr<ConfigNode> LoadYamlString(absl::string_view yaml, const std::str
   CCTUNE_ASSIGN_OR_RETURN(std::vector<YAML::Node> docs, ParseDocuments(yaml, source, nullptr));
   if (docs.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        source, ": holds ", docs.size(), " YAML documents ('---'); a config is one document"));
+        source, ": holds ", docs.size(),
+        docs.size() >= DocumentCounter::kMaxDocuments ? " or more" : "",
+        " YAML documents ('---'); a config is one document"));
   }
   Converter converter(source, nullptr);
   ConfigNode root = ConfigNode::Map({}, Location{source, docs.empty() ? 0 : 1, 0});

@@ -279,5 +279,20 @@ TEST(YamlLoaderTest, NonUtf8AndControlBytesAreErrorsOrStringsNeverCrashes) {
   }
 }
 
+// Found by config/yaml_fuzzer: yaml-cpp 0.7's LoadAll loops forever, allocating, on a ','
+// outside flow collections.
+TEST(YamlLoaderTest, StrayCommaIsAnErrorNotAHang) {
+  for (const char* yaml : {",", ", 1", "- a\n,", "---\n,", "# c\n,", "&a!!null ,1.2a}l"}) {
+    auto r = LoadYamlString(yaml, "comma.yaml");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_THAT(Msg(r.status()), HasSubstr("comma.yaml:")) << yaml;
+    EXPECT_THAT(Msg(r.status()), HasSubstr("malformed YAML")) << yaml;
+  }
+  EXPECT_FALSE(ParseYamlValue(",", Location{"override", 0, 0}).ok());
+  // Several documents are still counted as such.
+  auto three = LoadYamlString("a: 1\n---\nb: 2\n---\nc: 3\n---\nd: 4\n", "m.yaml");
+  EXPECT_THAT(Msg(three.status()), HasSubstr("m.yaml: holds 3 or more YAML documents"));
+}
+
 }  // namespace
 }  // namespace cctune
