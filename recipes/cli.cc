@@ -119,8 +119,10 @@ int Cp(const std::vector<std::string>& args) {
   }
   std::ofstream out(dest, std::ios::binary | std::ios::trunc);
   out << config->yaml;
+  out.flush();  // a full disk shows here; close() alone does not always report it
+  const bool written = static_cast<bool>(out);
   out.close();
-  if (!out) {
+  if (!written || !out) {
     std::fprintf(stderr, "cctune cp: cannot write %s\n", dest.string().c_str());
     return 1;
   }
