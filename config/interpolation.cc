@@ -77,6 +77,23 @@ int Depth(const ConfigNode& node) {
   return below + 1;
 }
 
+// Values at and below `node` (1 for a scalar), counting up to `limit`.
+int64_t CountValues(const ConfigNode& node, int64_t limit) {
+  int64_t n = 1;
+  if (node.IsList()) {
+    for (const ConfigNode& item : node.items()) {
+      if (n > limit) break;
+      n += CountValues(item, limit - n);
+    }
+  } else if (node.IsMap()) {
+    for (const auto& e : node.entries()) {
+      if (n > limit) break;
+      n += CountValues(e.second, limit - n);
+    }
+  }
+  return n;
+}
+
 // Containers above a node at `path` ("" = the root: none; "a" is inside the top-level map).
 int Level(const std::string& path) {
   if (path.empty()) return 0;
@@ -284,6 +301,15 @@ class Resolver {
             depth, " levels of lists and maps, more than the limit of ", kMaxConfigDepth)));
         return fail();
       }
+      // Each whole-value reference is a copy: like YAML aliases, references to references can
+      // multiply a small config into billions of values.
+      copied_values_ += CountValues(*target, kMaxConfigValues - copied_values_);
+      if (copied_values_ > kMaxConfigValues) {
+        errors_.push_back(node->MakeError(absl::StrCat(
+            "interpolation ", Ref(pieces[0].text), ": ${} references copy more than ",
+            kMaxConfigValues, " values in all (the limit)")));
+        return fail();
+      }
       ConfigNode value = *target;
       value.set_location(node->location());
       *node = std::move(value);
@@ -306,6 +332,12 @@ class Resolver {
         }
         out += target->kind() == ConfigNode::Kind::kString ? target->string_value()
                                                            : target->text();
+        if (out.size() > kMaxInterpolatedStringBytes) {
+          errors_.push_back(node->MakeError(absl::StrCat(
+              "interpolation ", Ref(piece.text), " makes the string longer than ",
+              kMaxInterpolatedStringBytes, " bytes (the limit)")));
+          return fail();
+        }
       }
       *node = ConfigNode::String(std::move(out), node->location());
       node->RefreshPaths(path);
@@ -329,6 +361,7 @@ class Resolver {
   std::map<std::string, State> state_;
   std::vector<std::string> stack_;  // paths being resolved, outermost first
   int resolving_ = 0;               // strings being resolved, each waiting on the next
+  int64_t copied_values_ = 0;       // values copied by whole-value references so far
   std::vector<ConfigError> errors_;
 };
 

@@ -260,5 +260,26 @@ TEST(InterpolationTest, HundredThousandReferencesResolve) {
   EXPECT_EQ(*root.GetString("section.k7"), "/data/7");
 }
 
+TEST(InterpolationTest, ReferencesThatMultiplyTheConfigHitASizeLimit) {
+  // Strings: each level doubles, 2^40 bytes without a limit.
+  std::string yaml = "s0: ab\n";
+  for (int i = 1; i <= 40; ++i) {
+    absl::StrAppend(&yaml, "s", i, ": ${s", i - 1, "}${s", i - 1, "}\n");
+  }
+  std::vector<std::string> errors = Errors(yaml);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr(absl::StrCat(kMaxInterpolatedStringBytes, " bytes")));
+  // Values: each level copies the one before ten times, 10^9 values without a limit.
+  yaml = "l0: [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    absl::StrAppend(&yaml, "l", i, ": [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j ? ", " : "", "'${l", i - 1, "}'");
+    absl::StrAppend(&yaml, "]\n");
+  }
+  errors = Errors(yaml);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], HasSubstr(absl::StrCat(kMaxConfigValues, " values")));
+}
+
 }  // namespace
 }  // namespace cctune

@@ -30,6 +30,8 @@ inline constexpr int kMaxConfigDepth = 100;
 inline constexpr int64_t kMaxConfigValues = 1000000;
 // The longest chain of ${} references resolved one through another.
 inline constexpr int kMaxInterpolationDepth = 100;
+// The longest string that embedded ${} references may build ("${a}${a}" doubles per level).
+inline constexpr size_t kMaxInterpolatedStringBytes = size_t{1} << 20;
 
 // Where a value was written. `source` is a file path, "<string>" for in-memory YAML, or a
 // description such as "command-line override 'a.b=1'". line/column are 1-based; 0 = unknown.
