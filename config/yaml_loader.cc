@@ -256,10 +256,65 @@ class DocumentCounter final : public YAML::EventHandler {
   YAML::Mark null_mark_;
 };
 
+// Offset of the first byte of `s` that is not part of well-formed UTF-8 (no overlong forms,
+// surrogates or code points past U+10FFFF), or npos.
+size_t FirstInvalidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return i;
+      const unsigned char b = s[i + k];
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return absl::string_view::npos;
+}
+
 // Runs yaml-cpp on `text`; exceptions become Status naming `source` and the position.
 absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
                                                        const std::string& source,
                                                        const Location* fixed) {
+  // A config is UTF-8 text, as PyYAML reads torchtune's: yaml-cpp would pass other bytes
+  // through (and read a leading FE FF as a UTF-16 mark), giving strings that print as YAML
+  // which loads back differently.
+  if (const size_t bad = FirstInvalidUtf8(text); bad != absl::string_view::npos) {
+    Location loc = fixed != nullptr ? *fixed : Location{source, 1, 1};
+    if (fixed == nullptr) {
+      for (size_t i = 0; i < bad; ++i) {
+        if (text[i] == '\n') {
+          ++loc.line;
+          loc.column = 1;
+        } else {
+          ++loc.column;
+        }
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        loc.ToStringWithColumn(), ": not UTF-8 text (byte 0x",
+        absl::Hex(static_cast<unsigned char>(text[bad]), absl::kZeroPad2),
+        "); save the config as UTF-8"));
+  }
   try {
     const std::string copy(text);
     YAML::Mark stuck;

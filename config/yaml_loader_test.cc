@@ -294,5 +294,26 @@ TEST(YamlLoaderTest, StrayCommaIsAnErrorNotAHang) {
   EXPECT_THAT(Msg(three.status()), HasSubstr("m.yaml: holds 3 or more YAML documents"));
 }
 
+// Found by config/yaml_fuzzer: "{\xfe\xff\xff\xb6}" loaded, printed as YAML starting with
+// FE FF, which yaml-cpp then read as UTF-16.
+TEST(YamlLoaderTest, NonUtf8IsAnErrorNamingLineAndColumn) {
+  auto r = LoadYamlString("{\xfe\xff\xff\xb6}", "bytes.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Msg(r.status()), HasSubstr("bytes.yaml:1:2: not UTF-8 text (byte 0xfe)"));
+  r = LoadYamlString("a: 1\nb: caf\xe9\n", "latin1.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Msg(r.status()), HasSubstr("latin1.yaml:2:7: not UTF-8 text (byte 0xe9)"));
+  // Overlong forms, surrogates and truncated sequences are not UTF-8 either.
+  for (const char* bad : {"a: \xc0\xaf\n", "a: \xed\xa0\x80\n", "a: \xf4\x90\x80\x80\n",
+                          "a: \xe2\x82\n"}) {
+    EXPECT_FALSE(LoadYamlString(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(ParseYamlValue("'\xff'", Location{"override", 0, 0}).ok());
+  // Well-formed UTF-8, a BOM included, loads.
+  auto ok = LoadYamlString("\xef\xbb\xbf" "a: caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->Find("a")->string_value(), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
 }  // namespace
 }  // namespace cctune

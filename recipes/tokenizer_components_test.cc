@@ -56,7 +56,8 @@ TEST_F(Llama2cTokenizerComponentTest, TemplatesAndLimits) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'my.Template' is not supported"));
   bad = Make(head_ + "  max_seq_len: 0\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("max_seq_len (0)"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("key 'tokenizer.max_seq_len': must be in [1, 1048576], got 0"));
   bad = Make(head_ + "  vocab_size: 512\n");
   ASSERT_FALSE(bad.ok());
   bad = Make(

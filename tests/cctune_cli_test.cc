@@ -161,8 +161,8 @@ TEST_F(CctuneValidateTest, UnknownKeysAllReported) {
 TEST_F(CctuneValidateTest, WrongTypes) {
   ProcessResult r = Validate("wrong_type.yaml");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("wrong_type.yaml:13: key 'max_new_tokens': expected int, got "
-                               "string 'many'"));
+  EXPECT_THAT(r.err, HasSubstr("wrong_type.yaml:13: key 'max_new_tokens': expected int in [1, "
+                               "1048576], got string 'many'"));
   EXPECT_THAT(r.err, HasSubstr("wrong_type.yaml:14: key 'enable_kv_cache': expected bool"));
   // A bad override is reported the same way, naming the override.
   r = Validate("good.yaml", {"seed=abc"});
