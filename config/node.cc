@@ -655,6 +655,21 @@ absl::StatusOr<float> Convert<float>::Do(const ConfigNode& n) {
 namespace {
 
 // True when `s` can be written unquoted and loads back as the same string.
+// Length of a UTF-8 sequence at s[i] that YAML does not allow raw in a stream (C1 controls
+// but NEL, U+FFFE, U+FFFF), or 0. Such characters must be written as escapes.
+size_t DisallowedSequence(const std::string& s, size_t i) {
+  const unsigned char c = s[i];
+  if (c == 0xC2 && i + 1 < s.size()) {
+    const unsigned char b = s[i + 1];
+    if (b >= 0x80 && b <= 0x9F && b != 0x85) return 2;
+  }
+  if (c == 0xEF && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0xBF) {
+    const unsigned char b = s[i + 2];
+    if (b == 0xBE || b == 0xBF) return 3;
+  }
+  return 0;
+}
+
 bool PlainSafe(const std::string& s) {
   if (s.empty() || s.front() == ' ' || s.back() == ' ' || s.back() == ':') return false;
   if (std::string("-?:,[]{}#&*!|>'\"%@`").find(s.front()) != std::string::npos) {
@@ -663,7 +678,7 @@ bool PlainSafe(const std::string& s) {
   }
   for (size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = s[i];
-    if (c < 0x20 || c == 0x7f) return false;
+    if (c < 0x20 || c == 0x7f || DisallowedSequence(s, i) != 0) return false;
     if (c == ':' && i + 1 < s.size() && s[i + 1] == ' ') return false;
     if (c == '#' && i > 0 && s[i - 1] == ' ') return false;
   }
@@ -673,7 +688,18 @@ bool PlainSafe(const std::string& s) {
 
 std::string Quote(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = s[i];
+    if (const size_t n = DisallowedSequence(s, i); n != 0) {
+      // Decode the 2- or 3-byte sequence and write it as \uXXXX.
+      uint32_t cp = n == 2 ? (c & 0x1F) : (c & 0x0F);
+      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+      i += n - 1;
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";

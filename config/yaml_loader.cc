@@ -256,35 +256,52 @@ class DocumentCounter final : public YAML::EventHandler {
   YAML::Mark null_mark_;
 };
 
-// Offset of the first byte of `s` that is not part of well-formed UTF-8 (no overlong forms,
-// surrogates or code points past U+10FFFF), or npos.
-size_t FirstInvalidUtf8(absl::string_view s) {
+// The first byte of `s` where it stops being YAML's character set: well-formed UTF-8 (no
+// overlong forms, surrogates or code points past U+10FFFF) without control characters other
+// than tab, LF, CR and NEL, nor U+FFFE / U+FFFF. npos when all of it is; *why says what is
+// wrong otherwise.
+size_t FirstInvalidCharacter(absl::string_view s, std::string* why) {
   size_t i = 0;
   while (i < s.size()) {
     const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
+    uint32_t cp = c;
     size_t n = 0;
     unsigned char lo = 0x80, hi = 0xBF;  // range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
+    if (c < 0x80) {
+      n = 0;
+    } else if (c >= 0xC2 && c <= 0xDF) {
       n = 1;
+      cp = c & 0x1F;
     } else if (c >= 0xE0 && c <= 0xEF) {
       n = 2;
+      cp = c & 0x0F;
       if (c == 0xE0) lo = 0xA0;
       if (c == 0xED) hi = 0x9F;
     } else if (c >= 0xF0 && c <= 0xF4) {
       n = 3;
+      cp = c & 0x07;
       if (c == 0xF0) lo = 0x90;
       if (c == 0xF4) hi = 0x8F;
     } else {
+      *why = absl::StrCat("not UTF-8 text (byte 0x", absl::Hex(c, absl::kZeroPad2), ")");
       return i;
     }
     for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return i;
-      const unsigned char b = s[i + k];
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+      const unsigned char b = i + k < s.size() ? s[i + k] : 0;
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) {
+        *why = absl::StrCat("not UTF-8 text (byte 0x", absl::Hex(c, absl::kZeroPad2), ")");
+        return i;
+      }
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const bool control = (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') ||
+                         cp == 0x7F || (cp >= 0x80 && cp <= 0x9F && cp != 0x85);
+    if (control || cp == 0xFFFE || cp == 0xFFFF) {
+      *why = absl::StrCat(control ? "control character" : "non-character", " U+",
+                          absl::Hex(cp, absl::kZeroPad4),
+                          " (YAML allows none but tab, LF and CR; write it as an escape in a "
+                          "double-quoted string)");
+      return i;
     }
     i += n + 1;
   }
@@ -295,10 +312,11 @@ size_t FirstInvalidUtf8(absl::string_view s) {
 absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
                                                        const std::string& source,
                                                        const Location* fixed) {
-  // A config is UTF-8 text, as PyYAML reads torchtune's: yaml-cpp would pass other bytes
-  // through (and read a leading FE FF as a UTF-16 mark), giving strings that print as YAML
-  // which loads back differently.
-  if (const size_t bad = FirstInvalidUtf8(text); bad != absl::string_view::npos) {
+  // A config is UTF-8 text without control characters, as PyYAML reads torchtune's: yaml-cpp
+  // would pass other bytes through (reading a leading FE FF as a UTF-16 mark, turning a NUL
+  // into half a character), giving strings that print as YAML which loads back differently.
+  std::string why;
+  if (const size_t bad = FirstInvalidCharacter(text, &why); bad != absl::string_view::npos) {
     Location loc = fixed != nullptr ? *fixed : Location{source, 1, 1};
     if (fixed == nullptr) {
       for (size_t i = 0; i < bad; ++i) {
@@ -310,10 +328,7 @@ absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(absl::string_view text,
         }
       }
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        loc.ToStringWithColumn(), ": not UTF-8 text (byte 0x",
-        absl::Hex(static_cast<unsigned char>(text[bad]), absl::kZeroPad2),
-        "); save the config as UTF-8"));
+    return absl::InvalidArgumentError(absl::StrCat(loc.ToStringWithColumn(), ": ", why));
   }
   try {
     const std::string copy(text);

@@ -315,5 +315,23 @@ TEST(YamlLoaderTest, NonUtf8IsAnErrorNamingLineAndColumn) {
   EXPECT_EQ(ok->Find("a")->string_value(), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
 }
 
+// Found by config/yaml_fuzzer: ":c\0_:" loaded with a key that yaml-cpp had turned into bytes
+// that are not UTF-8. YAML (and PyYAML, torchtune's loader) allows no control characters
+// but tab, LF and CR in a stream.
+TEST(YamlLoaderTest, ControlCharactersAreAnError) {
+  auto r = LoadYamlString(std::string(":c\0_:", 5), "nul.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(Msg(r.status()), HasSubstr("nul.yaml:1:3: control character U+0000"));
+  for (const char* bad : {"a: \x01\n", "a: \x7f\n", "a: \xc2\x80\n", "a: \xef\xbf\xbf\n"}) {
+    EXPECT_FALSE(LoadYamlString(bad).ok()) << bad;
+  }
+  auto ok = LoadYamlString("a:\tb\r\nc: \"\\x00\\x01\"\nd: \xc2\x85\ne: \"\\x80\\uffff\"\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->Find("c")->string_value(), std::string("\0\x01", 2));  // escapes are fine
+  auto again = LoadYamlString(ok->ToYaml());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *ok);
+}
+
 }  // namespace
 }  // namespace cctune
