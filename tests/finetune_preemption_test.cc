@@ -151,7 +151,8 @@ void ExpectSameSteps(const std::vector<LogLine>& got, const std::vector<LogLine>
 
 // The step LATEST names ("step_<N>\n"), -1 when it does not.
 int64_t LatestStep(const std::string& out) {
-  absl::string_view latest = absl::StripSuffix(ReadFile(out + "/LATEST"), "\n");
+  const std::string content = ReadFile(out + "/LATEST");  // the view below points into it
+  absl::string_view latest = absl::StripSuffix(content, "\n");
   int64_t step = -1;
   if (!absl::ConsumePrefix(&latest, "step_") || !absl::SimpleAtoi(latest, &step)) return -1;
   return step;
