@@ -18,6 +18,7 @@ struct Counters {
   std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> count{0};
+  std::atomic<int64_t> total{0};
 };
 
 Counters& CountersFor(const Device& d) {
@@ -102,6 +103,7 @@ MemoryStats GetMemoryStats(const Device& device) {
   s.current_bytes = c.current.load();
   s.peak_bytes = c.peak.load();
   s.num_allocations = c.count.load();
+  s.total_allocations = c.total.load();
   return s;
 }
 
@@ -115,6 +117,7 @@ void RecordAllocation(const Device& device, int64_t bytes) {
   Counters& c = CountersFor(device);
   const int64_t now = c.current.fetch_add(bytes) + bytes;
   c.count.fetch_add(1);
+  c.total.fetch_add(1);
   int64_t peak = c.peak.load();
   while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
   }

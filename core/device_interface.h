@@ -46,6 +46,9 @@ struct MemoryStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t num_allocations = 0;  // live allocations
+  // Allocations made since the process started (never decreases): a loop that allocates
+  // nothing leaves it unchanged.
+  int64_t total_allocations = 0;
 };
 MemoryStats GetMemoryStats(const Device& device);
 void ResetPeakMemory(const Device& device);

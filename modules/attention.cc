@@ -185,10 +185,20 @@ std::optional<Tensor> MultiHeadAttention::FusedQkvWeight() const {
 }
 
 absl::Status MultiHeadAttention::Forward(Tensor& out, const Tensor& x, const Tensor* mask,
-                                         const Tensor* input_pos) {
+                                         const Tensor* input_pos, Activations* acts,
+                                         ActivationStore* store) {
   if (x.dim() != 3 || x.size(2) != embed_dim_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MultiHeadAttention: x must be [b, s, ", embed_dim_, "], got ", ShapeToString(x.shape())));
+  }
+  if (acts != nullptr && kv_cache_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "MultiHeadAttention: a training forward (with saved activations) does not use a KV "
+        "cache; call DeleteCache() first");
+  }
+  if (acts != nullptr && q_norm_ != nullptr) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention: q_norm/k_norm have no training backward yet");
   }
   const int64_t b = x.size(0), s = x.size(1);
   const int64_t n_h = num_heads_, n_kv = num_kv_heads_, h_d = head_dim_;
@@ -226,8 +236,20 @@ absl::Status MultiHeadAttention::Forward(Tensor& out, const Tensor& x, const Ten
 
   // Projections: q [b, s, n_h, h_d]; k, v [b, s, n_kv, h_d].
   Tensor q, k, v;
-  const std::optional<Tensor> qkv_weight = FusedQkvWeight();
-  if (qkv_weight.has_value()) {
+  const std::optional<Tensor> qkv_weight =
+      acts == nullptr ? FusedQkvWeight() : std::optional<Tensor>();
+  if (acts != nullptr) {
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->q, {b, s, n_h * h_d}, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->k, {b, s, n_kv * h_d}, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->v, {b, s, n_kv * h_d}, dev));
+    acts->x = x;
+    q = acts->q;
+    k = acts->k;
+    v = acts->v;
+    CCTUNE_RETURN_IF_ERROR(q_proj_->Forward(q, x, store, 0));
+    CCTUNE_RETURN_IF_ERROR(k_proj_->Forward(k, x, store, 0));
+    CCTUNE_RETURN_IF_ERROR(v_proj_->Forward(v, x, store, 0));
+  } else if (qkv_weight.has_value()) {
     // One GEMM into [b, s, (n_h + 2 n_kv) h_d]; q, k and v are column views of it.
     const int64_t n = (n_h + 2 * n_kv) * h_d;
     CCTUNE_ASSIGN_OR_RETURN(Tensor qkv, scratch_.Get(kQ, {b, s, n}, DType::kF32, dev));
@@ -239,9 +261,9 @@ absl::Status MultiHeadAttention::Forward(Tensor& out, const Tensor& x, const Ten
     CCTUNE_ASSIGN_OR_RETURN(q, scratch_.Get(kQ, {b, s, n_h * h_d}, DType::kF32, dev));
     CCTUNE_ASSIGN_OR_RETURN(k, scratch_.Get(kK, {b, s, n_kv * h_d}, DType::kF32, dev));
     CCTUNE_ASSIGN_OR_RETURN(v, scratch_.Get(kV, {b, s, n_kv * h_d}, DType::kF32, dev));
-    CCTUNE_RETURN_IF_ERROR(q_proj_->Forward(q, x));
-    CCTUNE_RETURN_IF_ERROR(k_proj_->Forward(k, x));
-    CCTUNE_RETURN_IF_ERROR(v_proj_->Forward(v, x));
+    CCTUNE_RETURN_IF_ERROR(q_proj_->Forward(q, x, store, 0));
+    CCTUNE_RETURN_IF_ERROR(k_proj_->Forward(k, x, store, 0));
+    CCTUNE_RETURN_IF_ERROR(v_proj_->Forward(v, x, store, 0));
   }
   CCTUNE_ASSIGN_OR_RETURN(q, q.View({b, s, n_h, h_d}));
   CCTUNE_ASSIGN_OR_RETURN(k, k.View({b, s, n_kv, h_d}));
@@ -259,7 +281,7 @@ absl::Status MultiHeadAttention::Forward(Tensor& out, const Tensor& x, const Ten
   CCTUNE_ASSIGN_OR_RETURN(Tensor q_t, q.Transpose(1, 2));  // [b, n_h, s, h_d]
   CCTUNE_ASSIGN_OR_RETURN(Tensor k_t, k.Transpose(1, 2));  // [b, n_kv, s, h_d]
   CCTUNE_ASSIGN_OR_RETURN(Tensor v_t, v.Transpose(1, 2));  // [b, n_kv, s, h_d]
-  if (layout_ == KvCacheLayout::kExpanded && n_h != n_kv) {
+  if (acts == nullptr && layout_ == KvCacheLayout::kExpanded && n_h != n_kv) {
     // Legacy reference: materialise n_h heads before the cache.
     CCTUNE_ASSIGN_OR_RETURN(Tensor ke,
                             scratch_.Get(kKExpanded, {b, n_h, s, h_d}, DType::kF32, dev));
@@ -279,14 +301,73 @@ absl::Status MultiHeadAttention::Forward(Tensor& out, const Tensor& x, const Ten
   }
 
   // attn [b, s, n_h, h_d], written through its [b, n_h, s, h_d] transpose.
-  CCTUNE_ASSIGN_OR_RETURN(Tensor attn, scratch_.Get(kAttn, {b, s, n_h, h_d}, DType::kF32, dev));
+  Tensor attn;
+  if (acts != nullptr) {
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->attn, {b, s, n_h * h_d}, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->lse, {b, n_h, s}, dev));
+    CCTUNE_ASSIGN_OR_RETURN(attn, acts->attn.View({b, s, n_h, h_d}));
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(attn, scratch_.Get(kAttn, {b, s, n_h, h_d}, DType::kF32, dev));
+  }
   CCTUNE_ASSIGN_OR_RETURN(Tensor attn_t, attn.Transpose(1, 2));
   ops::AttentionOptions options;
   options.mask = mask != nullptr ? &mask_view : nullptr;
   options.causal = mask == nullptr && is_causal_;
-  CCTUNE_RETURN_IF_ERROR(ops::Attention(attn_t, q_t, keys, values, options));
+  if (acts != nullptr) {
+    // The same kernel as ops::Attention, also keeping each row's log-sum-exp.
+    CCTUNE_RETURN_IF_ERROR(ops::AttentionWithLse(attn_t, acts->lse, q_t, keys, values, options));
+  } else {
+    CCTUNE_RETURN_IF_ERROR(ops::Attention(attn_t, q_t, keys, values, options));
+  }
   CCTUNE_ASSIGN_OR_RETURN(attn, attn.View({b, s, n_h * h_d}));
-  return output_proj_->Forward(out, attn);  // [b, s, d]
+  return output_proj_->Forward(out, attn, store, 0);  // [b, s, d]
+}
+
+absl::Status MultiHeadAttention::Backward(Tensor& dx, const Tensor& dy, const Tensor* mask,
+                                          const Tensor* input_pos, const Activations& a,
+                                          ActivationStore& store) const {
+  if (q_norm_ != nullptr) {
+    return absl::UnimplementedError(
+        "MultiHeadAttention: q_norm/k_norm have no training backward yet");
+  }
+  const int64_t b = a.q.size(0), s = a.q.size(1);
+  const int64_t n_h = num_heads_, n_kv = num_kv_heads_, h_d = head_dim_;
+  const Device& dev = dy.device();
+  // [b, n, s, h_d] view of a [b, s, n·h_d] tensor.
+  auto heads_t = [&](const Tensor& t, int64_t n) -> absl::StatusOr<Tensor> {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor v4, t.View({b, s, n, h_d}));
+    return v4.Transpose(1, 2);
+  };
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dattn,
+                          store.ZeroTemp(StoreSlot::kAttnDattn, {b, s, n_h * h_d}, dev));
+  CCTUNE_RETURN_IF_ERROR(output_proj_->Backward(&dattn, dy, a.attn, store, 0));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dq, store.ZeroTemp(StoreSlot::kAttnDq, {b, s, n_h * h_d}, dev));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dk, store.ZeroTemp(StoreSlot::kAttnDk, {b, s, n_kv * h_d}, dev));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dv, store.ZeroTemp(StoreSlot::kAttnDv, {b, s, n_kv * h_d}, dev));
+  {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dq_t, heads_t(dq, n_h));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dk_t, heads_t(dk, n_kv));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dv_t, heads_t(dv, n_kv));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dy_t, heads_t(dattn, n_h));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor q_t, heads_t(a.q, n_h));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor k_t, heads_t(a.k, n_kv));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor v_t, heads_t(a.v, n_kv));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor out_t, heads_t(a.attn, n_h));
+    ops::AttentionOptions options;
+    options.mask = mask;
+    options.causal = mask == nullptr && is_causal_;
+    CCTUNE_RETURN_IF_ERROR(
+        ops::AttentionBackward(dq_t, dk_t, dv_t, dy_t, q_t, k_t, v_t, &out_t, &a.lse, options));
+  }
+  if (pos_embeddings_ != nullptr) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dq4, dq.View({b, s, n_h, h_d}));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dk4, dk.View({b, s, n_kv, h_d}));
+    CCTUNE_RETURN_IF_ERROR(pos_embeddings_->Backward(dq4, dq4, input_pos));
+    CCTUNE_RETURN_IF_ERROR(pos_embeddings_->Backward(dk4, dk4, input_pos));
+  }
+  CCTUNE_RETURN_IF_ERROR(q_proj_->Backward(&dx, dq, a.x, store, 0));
+  CCTUNE_RETURN_IF_ERROR(k_proj_->Backward(&dx, dk, a.x, store, 0));
+  return v_proj_->Backward(&dx, dv, a.x, store, 0);
 }
 
 absl::StatusOr<Tensor> MultiHeadAttention::operator()(const Tensor& x, const Tensor* mask,

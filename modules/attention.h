@@ -6,8 +6,10 @@
 //   attention: query head h reads KV head h / (n_h / n_kv), with no copy of K/V
 //   out = output_proj(attention) -> [b, s, d]
 //
-// Training (no cache) attends over the current k/v with a causal or an explicit mask.
-// Generation (cache) attends over the cache's filled positions only, not all of max_seq_len.
+// One Forward serves every mode, through the same grouped-query ops::Attention kernel:
+// training (no cache; an Activations struct and a store saved for Backward) and evaluation
+// attend over the current k/v with a causal or an explicit mask; generation (cache) attends
+// over the cache's filled positions only, not all of max_seq_len.
 //
 // KvCacheLayout::kExpanded keeps the pre-#1961 torchtune behaviour as a reference: k/v are
 // expanded to n_h heads (repeat_interleave: head h gets KV head h / (n_h / n_kv)) BEFORE the
@@ -24,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/kv_cache.h"
 #include "modules/linear.h"
 #include "modules/module.h"
@@ -98,14 +101,34 @@ class MultiHeadAttention : public Module {
   // GEMM. nullopt otherwise (three GEMMs).
   std::optional<Tensor> FusedQkvWeight() const;
 
+  // What Backward reads, saved by a training Forward (f32, contiguous; the buffers are kept
+  // from one call to the next).
+  struct Activations {
+    Tensor x;     // [b, s, d] the input (a view: the caller keeps it unchanged until Backward)
+    Tensor q;     // [b, s, n_h·h_d] after RoPE
+    Tensor k;     // [b, s, n_kv·h_d] after RoPE
+    Tensor v;     // [b, s, n_kv·h_d]
+    Tensor attn;  // [b, s, n_h·h_d] attention output (before output_proj)
+    Tensor lse;   // [b, n_h, s] log-sum-exp of each query row's scores
+  };
+
   // out [b, s, d] (f32/bf16) = attention(x [b, s, d]).
   // mask: optional bool [b, s, s_kv], true = may attend. Without a cache s_kv = s; with one,
   //   s_kv is either the filled length after this update or the cache's max_seq_len
   //   (torchtune's layout; only the filled columns are used). Without a mask, attention is
   //   causal when is_causal (query i sits at position s_kv - s + i) and full otherwise.
   // input_pos: optional i32/i64 [b, s] (or [s]) RoPE positions; default 0..s-1.
+  // acts/store: a training forward (no cache allowed; FailedPrecondition with one, and
+  // Unimplemented with q/k norms, whose backward is not written yet) saves into `acts`; q, k
+  // and v then come from three projections into their own buffers (the backward runs each
+  // projection's on its own), otherwise from one fused GEMM when the weights allow it.
   absl::Status Forward(Tensor& out, const Tensor& x, const Tensor* mask = nullptr,
-                       const Tensor* input_pos = nullptr);
+                       const Tensor* input_pos = nullptr, Activations* acts = nullptr,
+                       ActivationStore* store = nullptr);
+  // dx [b, s, d] += d(attention)/dx · dy [b, s, d], and the projections' gradients, from the
+  // saved `acts`; mask and input_pos are the forward's.
+  absl::Status Backward(Tensor& dx, const Tensor& dy, const Tensor* mask, const Tensor* input_pos,
+                        const Activations& acts, ActivationStore& store) const;
   // A new f32 output on x's device.
   absl::StatusOr<Tensor> operator()(const Tensor& x, const Tensor* mask = nullptr,
                                     const Tensor* input_pos = nullptr);

@@ -22,6 +22,13 @@ absl::Status Embedding::Forward(Tensor& out, const Tensor& ids) const {
   return ops::Embedding(out, weight_.value, ids);
 }
 
+absl::Status Embedding::Backward(const Tensor& dy, const Tensor& ids,
+                                ActivationStore& store) const {
+  Tensor* dw = store.Grad(weight_.value);
+  if (dw == nullptr) return absl::OkStatus();
+  return ops::EmbeddingBackward(*dw, dy, ids);
+}
+
 absl::StatusOr<Tensor> Embedding::operator()(const Tensor& ids) const {
   Shape shape = ids.shape();
   shape.push_back(embedding_dim_);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/module.h"
 
 namespace cctune {
@@ -22,6 +23,8 @@ class Embedding : public Module {
 
   // out [..., d] (any float dtype) = weight[ids [...]]; ids i32/i64 in [0, v).
   absl::Status Forward(Tensor& out, const Tensor& ids) const;
+  // weight's gradient += the rows of dy [..., d] (f32) scattered to ids; nothing when frozen.
+  absl::Status Backward(const Tensor& dy, const Tensor& ids, ActivationStore& store) const;
   // A new f32 [..., d] on the table's device.
   absl::StatusOr<Tensor> operator()(const Tensor& ids) const;
 

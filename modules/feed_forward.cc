@@ -32,19 +32,48 @@ FeedForward::FeedForward(std::unique_ptr<Linear> w1, std::unique_ptr<Linear> w2,
   RegisterModule("w3", w3_.get());
 }
 
-absl::Status FeedForward::Forward(Tensor& out, const Tensor& x) {
+absl::Status FeedForward::Forward(Tensor& out, const Tensor& x, Activations* acts,
+                                  ActivationStore* store) {
   if (x.dim() < 1 || x.size(-1) != dim()) {
     return absl::InvalidArgumentError(
         absl::StrCat("FeedForward: x must be [..., ", dim(), "], got ", ShapeToString(x.shape())));
   }
   Shape hidden_shape = x.shape();
   hidden_shape.back() = hidden_dim();
-  CCTUNE_ASSIGN_OR_RETURN(Tensor gate, scratch_.Get(0, hidden_shape, DType::kF32, x.device()));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor up, scratch_.Get(1, hidden_shape, DType::kF32, x.device()));
-  CCTUNE_RETURN_IF_ERROR(w1_->Forward(gate, x));  // [..., f]
-  CCTUNE_RETURN_IF_ERROR(w3_->Forward(up, x));    // [..., f]
-  CCTUNE_RETURN_IF_ERROR(ops::SiluMul(gate, gate, up));
-  return w2_->Forward(out, gate);  // [..., d]
+  const Device& dev = x.device();
+  // Training keeps gate, up and their product for the backward; otherwise the product
+  // overwrites gate in the forward's scratch.
+  Tensor gate, up, act;
+  if (acts != nullptr) {
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->gate, hidden_shape, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->up, hidden_shape, dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->act, hidden_shape, dev));
+    acts->x = x;
+    gate = acts->gate;
+    up = acts->up;
+    act = acts->act;
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(gate, scratch_.Get(0, hidden_shape, DType::kF32, dev));
+    CCTUNE_ASSIGN_OR_RETURN(up, scratch_.Get(1, hidden_shape, DType::kF32, dev));
+    act = gate;
+  }
+  CCTUNE_RETURN_IF_ERROR(w1_->Forward(gate, x, store, 0));  // [..., f]
+  CCTUNE_RETURN_IF_ERROR(w3_->Forward(up, x, store, 0));    // [..., f]
+  CCTUNE_RETURN_IF_ERROR(ops::SiluMul(act, gate, up));
+  return w2_->Forward(out, act, store, 0);  // [..., d]
+}
+
+absl::Status FeedForward::Backward(Tensor& dx, const Tensor& dy, const Activations& a,
+                                   ActivationStore& store) const {
+  const Device& dev = dy.device();
+  const Shape& hidden_shape = a.act.shape();
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dact, store.ZeroTemp(StoreSlot::kFfDact, hidden_shape, dev));
+  CCTUNE_RETURN_IF_ERROR(w2_->Backward(&dact, dy, a.act, store, 0));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dgate, store.ZeroTemp(StoreSlot::kFfDgate, hidden_shape, dev));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dup, store.ZeroTemp(StoreSlot::kFfDup, hidden_shape, dev));
+  CCTUNE_RETURN_IF_ERROR(ops::SiluMulBackward(dgate, dup, dact, a.gate, a.up));
+  CCTUNE_RETURN_IF_ERROR(w1_->Backward(&dx, dgate, a.x, store, 0));
+  return w3_->Backward(&dx, dup, a.x, store, 0);
 }
 
 absl::StatusOr<Tensor> FeedForward::operator()(const Tensor& x) {

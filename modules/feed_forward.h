@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/linear.h"
 #include "modules/module.h"
 #include "modules/scratch.h"
@@ -28,8 +29,22 @@ class FeedForward : public Module {
   const Linear& w2() const { return *w2_; }
   const Linear& w3() const { return *w3_; }
 
-  // out [..., d] = mlp(x [..., d]); out may be x itself.
-  absl::Status Forward(Tensor& out, const Tensor& x);
+  // What Backward reads, saved by a training Forward. The buffers are kept from one call to
+  // the next (reused when the shape repeats).
+  struct Activations {
+    Tensor x;     // [..., d] the input (a view: the caller keeps it unchanged until Backward)
+    Tensor gate;  // [..., f] w1(x)
+    Tensor up;    // [..., f] w3(x)
+    Tensor act;   // [..., f] silu(gate) · up
+  };
+
+  // out [..., d] = mlp(x [..., d]); out may be x itself. Training passes `acts` (filled for
+  // Backward) and the step's store; evaluation and generation pass neither.
+  absl::Status Forward(Tensor& out, const Tensor& x, Activations* acts = nullptr,
+                       ActivationStore* store = nullptr);
+  // dx [..., d] += d(mlp)/dx · dy, and the projections' gradients, from the saved `acts`.
+  absl::Status Backward(Tensor& dx, const Tensor& dy, const Activations& acts,
+                        ActivationStore& store) const;
   // A new f32 output on x's device.
   absl::StatusOr<Tensor> operator()(const Tensor& x);
 

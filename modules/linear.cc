@@ -34,12 +34,21 @@ Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias)
   }
 }
 
-absl::Status Linear::Forward(Tensor& out, const Tensor& x) const {
+absl::Status Linear::Forward(Tensor& out, const Tensor& x, ActivationStore* /*store*/,
+                             int64_t /*row0*/) const {
   if (!weight_.value.defined()) {
     return absl::FailedPreconditionError(
         "Linear: parameters are not materialised (create a ParameterArena first)");
   }
   return ops::Linear(out, x, weight_.value, bias());
+}
+
+absl::Status Linear::Backward(Tensor* dx, const Tensor& dy, const Tensor& x,
+                              ActivationStore& store, int64_t /*row0*/) const {
+  Tensor* dw = store.Grad(weight_.value);
+  Tensor* db = bias_ != nullptr ? store.Grad(bias_->value) : nullptr;
+  if (dx == nullptr && dw == nullptr && db == nullptr) return absl::OkStatus();
+  return ops::LinearBackward(dx, dw, db, dy, x, weight_.value);
 }
 
 }  // namespace cctune

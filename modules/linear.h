@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/module.h"
 
 namespace cctune {
@@ -18,8 +19,18 @@ class Projection : public Module {
  public:
   virtual int64_t in_dim() const = 0;
   virtual int64_t out_dim() const = 0;
-  // out: [..., out_dim] (f32, bf16 or f16) = f(x [..., in_dim]).
-  virtual absl::Status Forward(Tensor& out, const Tensor& x) const = 0;
+  // out: [..., out_dim] (f32, bf16 or f16) = f(x [..., in_dim]), in every mode. A training
+  // forward passes its store (LoRA adapters then apply the step's dropout); x holds rows
+  // [row0, ...) of the layer's input (the output projection runs by row chunks), which places
+  // them in a dropout mask.
+  virtual absl::Status Forward(Tensor& out, const Tensor& x, ActivationStore* store,
+                               int64_t row0) const = 0;
+  absl::Status Forward(Tensor& out, const Tensor& x) const { return Forward(out, x, nullptr, 0); }
+  // The backward of out = f(x): dx += dy · ∂f/∂x (dx may be null) and the parameter gradients
+  // += into the store's views (frozen parameters get none). dy: [..., out_dim] f32; x, row0:
+  // as the forward saw them.
+  virtual absl::Status Backward(Tensor* dx, const Tensor& dy, const Tensor& x,
+                                ActivationStore& store, int64_t row0) const = 0;
   // A new f32 output on x's device.
   absl::StatusOr<Tensor> operator()(const Tensor& x) const;
 };
@@ -36,7 +47,11 @@ class Linear : public Projection {
   const Tensor& weight() const { return weight_.value; }  // [out_dim, in_dim]
   const Tensor* bias() const { return bias_ != nullptr ? &bias_->value : nullptr; }
 
-  absl::Status Forward(Tensor& out, const Tensor& x) const override;
+  using Projection::Forward;
+  absl::Status Forward(Tensor& out, const Tensor& x, ActivationStore* store,
+                       int64_t row0) const override;
+  absl::Status Backward(Tensor* dx, const Tensor& dy, const Tensor& x, ActivationStore& store,
+                        int64_t row0) const override;
 
  private:
   int64_t in_dim_;

@@ -28,32 +28,98 @@ LoRALinear::LoRALinear(int64_t in_dim, int64_t out_dim, int64_t rank, double alp
   RegisterModule("lora_b", &lora_b_);
 }
 
-absl::Status LoRALinear::Forward(Tensor& out, const Tensor& x) const {
-  CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x));
+namespace {
+
+// A temporary of `shape` and `dtype`: the store's slot for f32 when there is a store, else a
+// new tensor (evaluation).
+absl::StatusOr<Tensor> TempOrNew(ActivationStore* store, StoreSlot slot, const Shape& shape,
+                                 DType dtype, const Device& device) {
+  if (store != nullptr && dtype == DType::kF32) return store->Temp(slot, shape, device);
+  return Tensor::Empty(shape, dtype, device);
+}
+
+}  // namespace
+
+std::optional<uint64_t> LoRALinear::DropoutOffset(const ActivationStore* store,
+                                                  int64_t row0) const {
+  if (store == nullptr || merged_ || dropout_ == 0.0) return std::nullopt;
+  const uint64_t* offset = store->DropoutOffset(this);
+  if (offset == nullptr) return std::nullopt;
+  return *offset + static_cast<uint64_t>(row0 * in_dim());
+}
+
+absl::Status LoRALinear::Forward(Tensor& out, const Tensor& x, ActivationStore* store,
+                                 int64_t row0) const {
+  CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x, store, row0));
   if (merged_) return absl::OkStatus();
-  return AddAdapter(out, x);
+  const std::optional<uint64_t> drop = DropoutOffset(store, row0);
+  if (!drop.has_value()) return AddAdapter(out, x, store);
+  CCTUNE_ASSIGN_OR_RETURN(
+      Tensor dropped, TempOrNew(store, StoreSlot::kLoraDropped, x.shape(), x.dtype(), x.device()));
+  CCTUNE_RETURN_IF_ERROR(
+      ops::Dropout(dropped, x, static_cast<float>(dropout_), store->dropout_seed(), *drop));
+  return AddAdapter(out, dropped, store);
 }
 
-absl::Status LoRALinear::ForwardWithDropout(Tensor& out, const Tensor& x, uint64_t seed,
-                                            uint64_t offset) const {
-  if (merged_ || dropout_ == 0.0) return Forward(out, x);
-  CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor dropped, Tensor::Empty(x.shape(), x.dtype(), x.device()));
-  CCTUNE_RETURN_IF_ERROR(ops::Dropout(dropped, x, static_cast<float>(dropout_), seed, offset));
-  return AddAdapter(out, dropped);
-}
-
-absl::Status LoRALinear::AddAdapter(Tensor& out, const Tensor& x) const {
+absl::Status LoRALinear::AddAdapter(Tensor& out, const Tensor& x, ActivationStore* store) const {
   Shape u_shape = x.shape();
   u_shape.back() = rank_;
-  CCTUNE_ASSIGN_OR_RETURN(Tensor u, Tensor::Empty(u_shape, DType::kF32, x.device()));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor u,
+                          TempOrNew(store, StoreSlot::kLoraU, u_shape, DType::kF32, x.device()));
   CCTUNE_RETURN_IF_ERROR(lora_a_.Forward(u, x));
   CCTUNE_RETURN_IF_ERROR(ops::Scale(u, u, static_cast<float>(scale())));
   Shape o_shape = x.shape();
   o_shape.back() = out_dim();
-  CCTUNE_ASSIGN_OR_RETURN(Tensor delta, Tensor::Empty(o_shape, out.dtype(), x.device()));
+  CCTUNE_ASSIGN_OR_RETURN(
+      Tensor delta, TempOrNew(store, StoreSlot::kLoraDelta, o_shape, out.dtype(), x.device()));
   CCTUNE_RETURN_IF_ERROR(lora_b_.Forward(delta, u));
   return ops::Add(out, out, delta);
+}
+
+absl::Status LoRALinear::Backward(Tensor* dx, const Tensor& dy, const Tensor& x,
+                                  ActivationStore& store, int64_t row0) const {
+  CCTUNE_RETURN_IF_ERROR(Linear::Backward(dx, dy, x, store, row0));
+  if (merged_) return absl::OkStatus();
+  // y += s · B (A x): with us = s · A x,  dB += dyᵀ us;  du = s · dy B;  dA += duᵀ x;
+  // dx += du A. Every temporary is [rows, rank].
+  //
+  // With dropout the adapter reads xd = D x (D: the mask times 1/(1-p), diagonal), so
+  // dA += duᵀ xd and dx += D (du A). The mask is regenerated here from the step's (seed,
+  // offset) rather than saved by the forward: saving would keep one [b·s, in] tensor per
+  // adapter alive from the forward to the backward (seven per layer, 6·d + f floats per token
+  // per layer, more than all the activations kept now, and it would defeat activation
+  // checkpointing), while regenerating costs one elementwise Philox pass per adapter, small
+  // next to its GEMMs; xd lives only inside this call.
+  const Tensor& a = lora_a_.weight();
+  const Tensor& b = lora_b_.weight();
+  Tensor* da = store.Grad(a);
+  Tensor* dbw = store.Grad(b);
+  if (dx == nullptr && da == nullptr && dbw == nullptr) return absl::OkStatus();
+  const std::optional<uint64_t> drop = DropoutOffset(&store, row0);
+  const float p = static_cast<float>(dropout_);
+  const Device& dev = x.device();
+  Tensor xa = x;  // the adapter's input
+  if (drop.has_value()) {
+    CCTUNE_ASSIGN_OR_RETURN(xa, store.Temp(StoreSlot::kLoraDropped, x.shape(), dev));
+    CCTUNE_RETURN_IF_ERROR(ops::Dropout(xa, x, p, store.dropout_seed(), *drop));
+  }
+  Shape u_shape = x.shape();
+  u_shape.back() = rank_;
+  CCTUNE_ASSIGN_OR_RETURN(Tensor us, store.Temp(StoreSlot::kLoraU, u_shape, dev));
+  CCTUNE_RETURN_IF_ERROR(ops::Linear(us, xa, a));
+  const float s = static_cast<float>(scale());
+  CCTUNE_RETURN_IF_ERROR(ops::Scale(us, us, s));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor du, store.ZeroTemp(StoreSlot::kLoraDu, u_shape, dev));
+  CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&du, dbw, nullptr, dy, us, b));
+  if (dx == nullptr && da == nullptr) return absl::OkStatus();
+  CCTUNE_RETURN_IF_ERROR(ops::Scale(du, du, s));
+  if (!drop.has_value()) return ops::LinearBackward(dx, da, nullptr, du, x, a);
+  if (dx == nullptr) return ops::LinearBackward(nullptr, da, nullptr, du, xa, a);
+  // dx += D (du A), through a zeroed temporary that the mask is applied to in place.
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dxa, store.ZeroTemp(StoreSlot::kLoraDx, x.shape(), dev));
+  CCTUNE_RETURN_IF_ERROR(ops::LinearBackward(&dxa, da, nullptr, du, xa, a));
+  CCTUNE_RETURN_IF_ERROR(ops::Dropout(dxa, dxa, p, store.dropout_seed(), *drop));
+  return ops::Add(*dx, *dx, dxa);
 }
 
 absl::Status LoRALinear::Merge() {

@@ -4,14 +4,15 @@
 // (kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in))) and B = "lora_b.weight"
 // [out, rank] (zeros), so a fresh adapter leaves the output unchanged. It IS a Linear, so it fits
 // every place that takes one (q/k/v/output_proj, w1/w2/w3, the decoder's output); only the
-// adapter is meant to be trained (modules/decoder_backward.h, LoRATrainableLayout).
+// adapter is meant to be trained (training/decoder_trainer.h, LoRATrainableLayout).
 // Dropout on the adapter's input (torchtune: lora_b(lora_a(dropout(x))) * scale, while the base
-// path reads x itself): Forward is the evaluation forward (no dropout); ForwardWithDropout is
-// the training one, which the trainer (modules/decoder_backward.h) calls with a Philox stream.
+// path reads x itself) applies when Forward gets a store that names this adapter's mask for
+// the step (ActivationStore::SetDropout); evaluation passes no store and drops nothing.
 #ifndef CCTUNE_MODULES_LORA_LINEAR_H_
 #define CCTUNE_MODULES_LORA_LINEAR_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,12 +36,19 @@ class LoRALinear : public Linear {
   // After Merge() the adapter is folded into the base weight and no longer applied.
   bool merged() const { return merged_; }
 
-  absl::Status Forward(Tensor& out, const Tensor& x) const override;
-  // The training forward: the adapter reads ops::Dropout(x, dropout(), seed, offset) (element i
-  // of x dropped by Philox word offset + i of stream `seed`), the base path x. With dropout()
-  // 0 or after Merge() it is Forward.
-  absl::Status ForwardWithDropout(Tensor& out, const Tensor& x, uint64_t seed,
-                                  uint64_t offset) const;
+  // With a store that holds a dropout mask for this adapter (seed, offset), the adapter reads
+  // ops::Dropout(x, dropout(), seed, offset + row0 · in) (element i of x's rows dropped by
+  // Philox word offset + row0 · in + i of stream `seed`), the base path x. With dropout() 0,
+  // no mask or after Merge() no dropout applies. The store's temporaries hold the adapter's
+  // intermediates (none are allocated per call).
+  using Projection::Forward;
+  absl::Status Forward(Tensor& out, const Tensor& x, ActivationStore* store,
+                       int64_t row0) const override;
+  // The base weight's backward (its gradients unless frozen) plus the adapter's: lora_a and
+  // lora_b gradients (unless frozen) and its part of dx. The dropout mask is regenerated from
+  // the store's (seed, offset) rather than saved by the forward.
+  absl::Status Backward(Tensor* dx, const Tensor& dy, const Tensor& x, ActivationStore& store,
+                        int64_t row0) const override;
 
   // W += scale · B · A (computed in fp64, stored in W's dtype); afterwards Forward uses W alone,
   // so this module computes what a plain Linear holding the merged weight computes.
@@ -48,7 +56,9 @@ class LoRALinear : public Linear {
 
  private:
   // out += scale · B · A · x_adapter.
-  absl::Status AddAdapter(Tensor& out, const Tensor& x_adapter) const;
+  absl::Status AddAdapter(Tensor& out, const Tensor& x_adapter, ActivationStore* store) const;
+  // This step's first mask word for x's rows, or null when no dropout applies.
+  std::optional<uint64_t> DropoutOffset(const ActivationStore* store, int64_t row0) const;
 
   int64_t rank_;
   double alpha_;

@@ -121,7 +121,7 @@ TEST(LoRALinearTest, FreshAdapterIsIdentityOnBase) {
 // The training forward: the base path reads x, the adapter x with element i dropped when the
 // (offset + i)-th Uniform() of stream `seed` is < p and the rest scaled by 1/(1-p); without
 // dropout, or merged, it is Forward.
-TEST(LoRALinearTest, ForwardWithDropoutDropsOnlyTheAdaptersInput) {
+TEST(LoRALinearTest, ForwardWithAStoreDropsOnlyTheAdaptersInput) {
   const int64_t n = 6, in = 20, out = 9, r = 3;
   const double alpha = 6.0, p = 0.3;
   LoRALinear lin(in, out, r, alpha, p, /*use_bias=*/true);
@@ -153,12 +153,14 @@ TEST(LoRALinearTest, ForwardWithDropoutDropsOnlyTheAdaptersInput) {
       Reference(xd, n, in, out, r, zero_w, zero_b, a, bb, alpha / r);
   for (size_t i = 0; i < want.size(); ++i) want[i] += adapter[i];
   Tensor got = ValueOrDie(Tensor::Empty({n, out}, DType::kF32));
-  ASSERT_TRUE(lin.ForwardWithDropout(got, x, seed, offset).ok());
+  ActivationStore store;
+  store.SetDropout(&lin, seed, offset);
+  ASSERT_TRUE(lin.Forward(got, x, &store, /*row0=*/0).ok());
   EXPECT_LE(MaxAbsDiff(D(got), want), 1e-4);
   const std::vector<double> eval = D(ValueOrDie(lin(x)));
   EXPECT_GT(MaxAbsDiff(D(got), eval), 1e-3);  // the masks matter
   ASSERT_TRUE(lin.Merge().ok());
-  ASSERT_TRUE(lin.ForwardWithDropout(got, x, seed, offset).ok());
+  ASSERT_TRUE(lin.Forward(got, x, &store, /*row0=*/0).ok());
   EXPECT_EQ(D(got), D(ValueOrDie(lin(x))));  // merged: no adapter left to drop for
 }
 

@@ -18,6 +18,11 @@ absl::Status RMSNorm::Forward(Tensor& out, const Tensor& x) const {
   return ops::RmsNorm(out, x, scale_.value, eps_);
 }
 
+absl::Status RMSNorm::Backward(Tensor& dx, const Tensor& dy, const Tensor& x,
+                               ActivationStore& store) const {
+  return ops::RmsNormBackward(dx, store.Grad(scale_.value), dy, x, scale_.value, eps_);
+}
+
 absl::StatusOr<Tensor> RMSNorm::operator()(const Tensor& x) const {
   CCTUNE_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), DType::kF32, x.device()));
   CCTUNE_RETURN_IF_ERROR(Forward(out, x));

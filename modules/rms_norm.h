@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/module.h"
 
 namespace cctune {
@@ -22,6 +23,9 @@ class RMSNorm : public Module {
 
   // out [..., dim] = rmsnorm(x [..., dim]); out may be x itself.
   absl::Status Forward(Tensor& out, const Tensor& x) const;
+  // dx += d(rmsnorm)/dx · dy and scale's gradient += (unless frozen); x is the forward's input.
+  absl::Status Backward(Tensor& dx, const Tensor& dy, const Tensor& x,
+                        ActivationStore& store) const;
   // A new f32 output on x's device.
   absl::StatusOr<Tensor> operator()(const Tensor& x) const;
 

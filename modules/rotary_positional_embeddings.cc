@@ -46,17 +46,31 @@ absl::Status RotaryPositionalEmbeddings::Forward(Tensor& out, const Tensor& x,
         absl::StrCat("RotaryPositionalEmbeddings: x must be [b, s, n, ", dim_, "], got ",
                      ShapeToString(x.shape())));
   }
-  CCTUNE_RETURN_IF_ERROR(Setup(x.device()));
-  if (input_pos != nullptr) {
-    return ops::Rope(out, x, cos_, sin_, *input_pos, pairing_);
+  CCTUNE_ASSIGN_OR_RETURN(Tensor pos, Positions(x, input_pos));
+  return ops::Rope(out, x, cos_, sin_, pos, pairing_);
+}
+
+absl::Status RotaryPositionalEmbeddings::Backward(Tensor& dx, const Tensor& dy,
+                                                  const Tensor* input_pos) {
+  if (dy.dim() != 4 || dy.size(3) != dim_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RotaryPositionalEmbeddings: dy must be [b, s, n, ", dim_, "], got ",
+                     ShapeToString(dy.shape())));
   }
+  CCTUNE_ASSIGN_OR_RETURN(Tensor pos, Positions(dy, input_pos));
+  return ops::RopeBackward(dx, dy, cos_, sin_, pos, pairing_);
+}
+
+absl::StatusOr<Tensor> RotaryPositionalEmbeddings::Positions(const Tensor& x,
+                                                             const Tensor* input_pos) {
+  CCTUNE_RETURN_IF_ERROR(Setup(x.device()));
+  if (input_pos != nullptr) return *input_pos;
   const int64_t s = x.size(1);
   if (s > max_seq_len_) {
     return absl::InvalidArgumentError(absl::StrCat("RotaryPositionalEmbeddings: seq_len (", s,
                                                    ") exceeds max_seq_len (", max_seq_len_, ")"));
   }
-  CCTUNE_ASSIGN_OR_RETURN(Tensor pos, positions_.Narrow(0, 0, s));
-  return ops::Rope(out, x, cos_, sin_, pos, pairing_);
+  return positions_.Narrow(0, 0, s);
 }
 
 }  // namespace cctune

@@ -41,8 +41,13 @@ class RotaryPositionalEmbeddings : public Module {
   // out = x [b, s, n, h_d] rotated by the angles at input_pos ([b, s] or [s], i32/i64);
   // without input_pos, token i sits at position i. out may be x itself.
   absl::Status Forward(Tensor& out, const Tensor& x, const Tensor* input_pos = nullptr);
+  // dx = the rotation's transpose applied to dy [b, s, n, h_d] (dx may be dy itself).
+  absl::Status Backward(Tensor& dx, const Tensor& dy, const Tensor* input_pos = nullptr);
 
  private:
+  // The positions of x [b, s, n, h_d]: *input_pos, or 0..s-1 (a view of positions_).
+  absl::StatusOr<Tensor> Positions(const Tensor& x, const Tensor* input_pos);
+
   int64_t dim_;
   int64_t max_seq_len_;
   double base_;

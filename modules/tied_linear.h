@@ -22,7 +22,12 @@ class TiedLinear : public Projection {
   const Embedding& tied_module() const { return *tied_; }
 
   // out [..., v] = x [..., d] · weightᵀ.
-  absl::Status Forward(Tensor& out, const Tensor& x) const override;
+  using Projection::Forward;
+  absl::Status Forward(Tensor& out, const Tensor& x, ActivationStore* store,
+                       int64_t row0) const override;
+  // Adds the gradient of the shared table to tok_embeddings.weight's view.
+  absl::Status Backward(Tensor* dx, const Tensor& dy, const Tensor& x, ActivationStore& store,
+                        int64_t row0) const override;
 
  private:
   const Embedding* tied_;

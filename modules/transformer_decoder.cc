@@ -117,9 +117,12 @@ absl::Status TransformerDecoder::ValidateInputs(const Tensor& tokens, const Tens
                                                    max_seq_len_, ")"));
   }
   if (input_pos != nullptr) {
-    if (input_pos->dim() != 2 || input_pos->size(0) != b || input_pos->size(1) != s) {
+    // [s] (the same positions for every row) is what packed training batches may pass.
+    const bool ok = (input_pos->dim() == 2 && input_pos->size(0) == b && input_pos->size(1) == s) ||
+                    (input_pos->dim() == 1 && input_pos->size(0) == s);
+    if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat("TransformerDecoder: input_pos must be [", b,
-                                                     ", ", s, "], got ",
+                                                     ", ", s, "] (or [", s, "]), got ",
                                                      ShapeToString(input_pos->shape())));
     }
   }
@@ -147,35 +150,100 @@ absl::Status TransformerDecoder::ValidateInputs(const Tensor& tokens, const Tens
 }
 
 absl::Status TransformerDecoder::Forward(Tensor& logits, const Tensor& tokens, const Tensor* mask,
-                                         const Tensor* input_pos) {
+                                         const Tensor* input_pos, Activations* acts,
+                                         ActivationStore* store) {
   CCTUNE_RETURN_IF_ERROR(ValidateInputs(tokens, mask, input_pos));
-  const int64_t b = tokens.size(0), s = tokens.size(1), d = embed_dim();
-  const Device& dev = tok_embeddings_->weight().device();
-  CCTUNE_ASSIGN_OR_RETURN(Tensor h, scratch_.Get(0, {b, s, d}, DType::kF32, dev));
-  CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Forward(h, tokens));  // [b, s, d]
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    absl::Status st = layers_[i]->Forward(h, h, mask, input_pos);  // [b, s, d], in place
-    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
+  const int64_t v = vocab_size();
+  if ((logits.dim() != 3 || logits.size(0) != tokens.size(0) || logits.size(1) < 1 ||
+       logits.size(1) > tokens.size(1) || logits.size(2) != v)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TransformerDecoder: logits must be f32 [", tokens.size(0), ", s_out, ", v,
+        "] with 1 <= s_out <= s = ", tokens.size(1), ", got ", ShapeToString(logits.shape())));
   }
   // logits [b, s_out, v] with s_out < s asks for the last s_out positions only (generation
   // needs just the last one): the final norm and the output projection, which for a long
   // prompt and a large vocabulary cost as much as a whole layer, then run on those rows alone.
-  const int64_t v = vocab_size();
-  if (logits.dim() != 3 || logits.size(0) != b || logits.size(1) < 1 || logits.size(1) > s ||
-      logits.size(2) != v) {
+  const int64_t b = logits.size(0), s_out = logits.size(1);
+  CCTUNE_ASSIGN_OR_RETURN(Tensor hidden, scratch_.Get(1, {b, s_out, embed_dim()}, DType::kF32,
+                                                      tok_embeddings_->weight().device()));
+  CCTUNE_RETURN_IF_ERROR(ForwardHidden(hidden, tokens, mask, input_pos, acts, store));
+  return output_->Forward(logits, hidden, store, 0);  // [b, s_out, v]
+}
+
+absl::Status TransformerDecoder::ForwardHidden(Tensor& hidden, const Tensor& tokens,
+                                               const Tensor* mask, const Tensor* input_pos,
+                                               Activations* acts, ActivationStore* store) {
+  CCTUNE_RETURN_IF_ERROR(ValidateInputs(tokens, mask, input_pos));
+  const int64_t b = tokens.size(0), s = tokens.size(1), d = embed_dim();
+  const Device& dev = tok_embeddings_->weight().device();
+  if (hidden.dim() != 3 || hidden.size(0) != b || hidden.size(1) < 1 || hidden.size(1) > s ||
+      hidden.size(2) != d) {
     return absl::InvalidArgumentError(
-        absl::StrCat("TransformerDecoder: logits must be f32 [", b, ", s_out, ", v,
-                     "] with 1 <= s_out <= s = ", s, ", got ", ShapeToString(logits.shape())));
+        absl::StrCat("TransformerDecoder: hidden must be f32 [", b, ", s_out, ", d,
+                     "] with 1 <= s_out <= s = ", s, ", got ", ShapeToString(hidden.shape())));
   }
-  const int64_t s_out = logits.size(1);
-  Tensor h_out = h;
-  if (s_out < s) {
-    CCTUNE_ASSIGN_OR_RETURN(Tensor tail, h.Narrow(1, s - s_out, s_out));
-    CCTUNE_ASSIGN_OR_RETURN(h_out, scratch_.Get(1, {b, s_out, d}, DType::kF32, dev));
-    CCTUNE_RETURN_IF_ERROR(h_out.CopyFrom(tail));
+  const int64_t s_out = hidden.size(1);
+  Tensor h;  // [b, s, d] the last layer's output
+  if (acts != nullptr) {
+    if (CachesAreSetup()) {
+      return absl::FailedPreconditionError(
+          "TransformerDecoder: a training forward does not use KV caches; call DeleteCaches() "
+          "first");
+    }
+    // Every layer writes a buffer of its own, so each input survives until its Backward.
+    const size_t num_layers = layers_.size();
+    acts->hs.resize(num_layers + 1);
+    for (Tensor& t : acts->hs) CCTUNE_RETURN_IF_ERROR(EnsureF32(t, {b, s, d}, dev));
+    const size_t num_acts = acts->checkpointing ? 1 : num_layers;
+    if (acts->layers.size() < num_acts) acts->layers.resize(num_acts);
+    CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Forward(acts->hs[0], tokens));  // [b, s, d]
+    for (size_t i = 0; i < num_layers; ++i) {
+      TransformerSelfAttentionLayer::Activations& la = acts->layers[acts->checkpointing ? 0 : i];
+      absl::Status st =
+          layers_[i]->Forward(acts->hs[i + 1], acts->hs[i], mask, input_pos, &la, store);
+      if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
+    }
+    h = acts->hs[num_layers];
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(h, scratch_.Get(0, {b, s, d}, DType::kF32, dev));
+    CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Forward(h, tokens));  // [b, s, d]
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      absl::Status st = layers_[i]->Forward(h, h, mask, input_pos);  // [b, s, d], in place
+      if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
+    }
   }
-  CCTUNE_RETURN_IF_ERROR(norm_->Forward(h_out, h_out));
-  return output_->Forward(logits, h_out);  // [b, s_out, v]
+  if (s_out == s) return norm_->Forward(hidden, h);
+  CCTUNE_ASSIGN_OR_RETURN(Tensor tail, h.Narrow(1, s - s_out, s_out));
+  CCTUNE_RETURN_IF_ERROR(hidden.CopyFrom(tail));
+  return norm_->Forward(hidden, hidden);
+}
+
+absl::Status TransformerDecoder::Backward(const Tensor& dhidden, const Tensor& tokens,
+                                          const Tensor* mask, const Tensor* input_pos,
+                                          Activations& acts, ActivationStore& store) {
+  const size_t num_layers = layers_.size();
+  const int64_t b = tokens.size(0), s = tokens.size(1), n = b * s, d = embed_dim();
+  if (acts.hs.size() != num_layers + 1 || dhidden.shape() != Shape{b, s, d}) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TransformerDecoder::Backward: needs the activations of a training forward of [", b,
+        ", ", s, "] tokens and dhidden [", b, ", ", s, ", ", d, "], got ",
+        ShapeToString(dhidden.shape())));
+  }
+  const Device& dev = tok_embeddings_->weight().device();
+  // dh is the residual stream's gradient, from the last layer's output down.
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dh, store.ZeroTemp(StoreSlot::kDecoderDh, {b, s, d}, dev));
+  {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dh_rows, dh.View({n, d}));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor dy_rows, dhidden.View({n, d}));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor h_rows, acts.hs[num_layers].View({n, d}));
+    CCTUNE_RETURN_IF_ERROR(norm_->Backward(dh_rows, dy_rows, h_rows, store));
+  }
+  for (size_t i = num_layers; i-- > 0;) {
+    TransformerSelfAttentionLayer::Activations& la = acts.layers[acts.checkpointing ? 0 : i];
+    absl::Status st = layers_[i]->Backward(dh, acts.hs[i], mask, input_pos, la, store);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
+  }
+  return tok_embeddings_->Backward(dh, tokens, store);
 }
 
 absl::StatusOr<Tensor> TransformerDecoder::operator()(const Tensor& tokens, const Tensor* mask,

@@ -3,6 +3,10 @@
 //
 //   tokens [b, s] -> tok_embeddings -> layers... -> norm -> output -> logits [b, s, v] (f32)
 //
+// One Forward serves every mode. Training passes an Activations struct and the step's store
+// (the trainer, training/decoder_trainer.h, fuses the output projection with the loss, so it
+// calls ForwardHidden and then Backward); evaluation passes neither.
+//
 // Generation: SetupCaches() gives every layer a KV cache; from then on Forward requires a mask
 // [b, s, cache_len] and input_pos [b, s], as torchtune validates, and each call appends s
 // positions to the caches.
@@ -17,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/attention.h"
 #include "modules/embedding.h"
 #include "modules/linear.h"
@@ -63,14 +68,35 @@ class TransformerDecoder : public Module {
   // Sum of Bytes() over every layer's cache.
   size_t KvCacheBytes() const;
 
+  // What Backward reads, saved by a training forward; the buffers are kept from call to call.
+  struct Activations {
+    // Keep only each layer's input and recompute the layer in its Backward.
+    bool checkpointing = false;
+    std::vector<Tensor> hs;  // [b, s, d]: hs[l] is layer l's input, hs.back() the last output
+    // One per layer, or one shared by all of them with checkpointing.
+    std::vector<TransformerSelfAttentionLayer::Activations> layers;
+  };
+
   // logits [b, s, v] (f32) = decoder(tokens [b, s] i32/i64). A logits tensor [b, s_out, v]
   // with 1 <= s_out < s receives the last s_out positions only (the final norm and output
   // projection skip the others), e.g. [b, 1, v] for the next token of a prompt.
-  // mask: optional bool [b, s, s_kv]; input_pos: optional i32/i64 [b, s]. Both are required
-  // once caches are set up; the mask may then span the filled positions after this call
-  // (CacheSize() + s) or the whole cache (its max_seq_len).
+  // mask: optional bool [b, s, s_kv]; input_pos: optional i32/i64 [b, s] (or [s]). Both are
+  // required once caches are set up; the mask may then span the filled positions after this
+  // call (CacheSize() + s) or the whole cache (its max_seq_len). Training passes `acts` and the
+  // step's store (saved for Backward; no caches then); evaluation and generation pass neither.
   absl::Status Forward(Tensor& logits, const Tensor& tokens, const Tensor* mask = nullptr,
-                       const Tensor* input_pos = nullptr);
+                       const Tensor* input_pos = nullptr, Activations* acts = nullptr,
+                       ActivationStore* store = nullptr);
+  // Forward without the output projection: hidden [b, s_out, d] (f32) = the final norm of the
+  // last s_out positions. Training (acts and store) needs s_out = s and no caches.
+  absl::Status ForwardHidden(Tensor& hidden, const Tensor& tokens, const Tensor* mask = nullptr,
+                             const Tensor* input_pos = nullptr, Activations* acts = nullptr,
+                             ActivationStore* store = nullptr);
+  // From dhidden [b, s, d] (the gradient of ForwardHidden's output) down to the embedding:
+  // the final norm's, then every layer's Backward in reverse, then the table's. Parameter
+  // gradients are added to the store's views. tokens, mask and input_pos are the forward's.
+  absl::Status Backward(const Tensor& dhidden, const Tensor& tokens, const Tensor* mask,
+                        const Tensor* input_pos, Activations& acts, ActivationStore& store);
   // A new f32 logits tensor on the parameters' device.
   absl::StatusOr<Tensor> operator()(const Tensor& tokens, const Tensor* mask = nullptr,
                                     const Tensor* input_pos = nullptr);

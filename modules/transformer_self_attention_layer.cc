@@ -40,7 +40,8 @@ TransformerSelfAttentionLayer::TransformerSelfAttentionLayer(
 }
 
 absl::Status TransformerSelfAttentionLayer::Forward(Tensor& out, const Tensor& x,
-                                                    const Tensor* mask, const Tensor* input_pos) {
+                                                    const Tensor* mask, const Tensor* input_pos,
+                                                    Activations* acts, ActivationStore* store) {
   if (x.dim() != 3 || x.size(2) != embed_dim()) {
     return absl::InvalidArgumentError(
         absl::StrCat("TransformerSelfAttentionLayer: x must be "
@@ -48,15 +49,54 @@ absl::Status TransformerSelfAttentionLayer::Forward(Tensor& out, const Tensor& x
                      embed_dim(), "], got ", ShapeToString(x.shape())));
   }
   const Device& dev = x.device();
-  CCTUNE_ASSIGN_OR_RETURN(Tensor normed, scratch_.Get(0, x.shape(), DType::kF32, dev));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor branch, scratch_.Get(1, x.shape(), DType::kF32, dev));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor h, scratch_.Get(2, x.shape(), DType::kF32, dev));
-  CCTUNE_RETURN_IF_ERROR(sa_norm_->Forward(normed, x));                     // [b, s, d]
-  CCTUNE_RETURN_IF_ERROR(attn_->Forward(branch, normed, mask, input_pos));  // [b, s, d]
-  CCTUNE_RETURN_IF_ERROR(ops::Add(h, branch, x));                           // h = x + attn
-  CCTUNE_RETURN_IF_ERROR(mlp_norm_->Forward(normed, h));
-  CCTUNE_RETURN_IF_ERROR(mlp_->Forward(branch, normed));
-  return ops::Add(out, h, branch);  // out = h + mlp; x is not read after this point
+  // Training keeps both norms' outputs and h for the backward, and uses `out` as the
+  // branches' temporary; otherwise one scratch buffer serves both norms.
+  Tensor xn1, xn2, branch, h;
+  if (acts != nullptr) {
+    acts->holder = nullptr;
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->xn1, x.shape(), dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->h1, x.shape(), dev));
+    CCTUNE_RETURN_IF_ERROR(EnsureF32(acts->xn2, x.shape(), dev));
+    xn1 = acts->xn1;
+    xn2 = acts->xn2;
+    h = acts->h1;
+    branch = out;
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(xn1, scratch_.Get(0, x.shape(), DType::kF32, dev));
+    xn2 = xn1;
+    CCTUNE_ASSIGN_OR_RETURN(branch, scratch_.Get(1, x.shape(), DType::kF32, dev));
+    CCTUNE_ASSIGN_OR_RETURN(h, scratch_.Get(2, x.shape(), DType::kF32, dev));
+  }
+  MultiHeadAttention::Activations* attn_acts = acts != nullptr ? &acts->attn : nullptr;
+  FeedForward::Activations* mlp_acts = acts != nullptr ? &acts->mlp : nullptr;
+  CCTUNE_RETURN_IF_ERROR(sa_norm_->Forward(xn1, x));  // [b, s, d]
+  CCTUNE_RETURN_IF_ERROR(attn_->Forward(branch, xn1, mask, input_pos, attn_acts, store));
+  CCTUNE_RETURN_IF_ERROR(ops::Add(h, x, branch));  // h = x + attn
+  CCTUNE_RETURN_IF_ERROR(mlp_norm_->Forward(xn2, h));
+  CCTUNE_RETURN_IF_ERROR(mlp_->Forward(branch, xn2, mlp_acts, store));
+  // out = h + mlp; x is not read after this point.
+  CCTUNE_RETURN_IF_ERROR(ops::Add(out, h, branch));
+  if (acts != nullptr) acts->holder = this;
+  return absl::OkStatus();
+}
+
+absl::Status TransformerSelfAttentionLayer::Backward(Tensor& dh, const Tensor& x,
+                                                     const Tensor* mask, const Tensor* input_pos,
+                                                     Activations& acts, ActivationStore& store) {
+  const Device& dev = x.device();
+  if (acts.holder != this) {
+    // Activation checkpointing: recompute this layer's activations from its saved input.
+    CCTUNE_ASSIGN_OR_RETURN(Tensor out, store.Temp(StoreSlot::kLayerRecompute, x.shape(), dev));
+    CCTUNE_RETURN_IF_ERROR(Forward(out, x, mask, input_pos, &acts, &store));
+  }
+  // Feed-forward block; dh holds d(out) and collects d(h1) (the residual passes it through).
+  CCTUNE_ASSIGN_OR_RETURN(Tensor dxn, store.ZeroTemp(StoreSlot::kLayerDxn, x.shape(), dev));
+  CCTUNE_RETURN_IF_ERROR(mlp_->Backward(dxn, dh, acts.mlp, store));
+  CCTUNE_RETURN_IF_ERROR(mlp_norm_->Backward(dh, dxn, acts.h1, store));
+  // Attention block; dh now holds d(h1) and collects d(x).
+  CCTUNE_ASSIGN_OR_RETURN(dxn, store.ZeroTemp(StoreSlot::kLayerDxn, x.shape(), dev));
+  CCTUNE_RETURN_IF_ERROR(attn_->Backward(dxn, dh, mask, input_pos, acts.attn, store));
+  return sa_norm_->Backward(dh, dxn, x, store);
 }
 
 }  // namespace cctune

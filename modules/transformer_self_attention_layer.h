@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/attention.h"
 #include "modules/feed_forward.h"
 #include "modules/module.h"
@@ -32,10 +33,31 @@ class TransformerSelfAttentionLayer : public Module {
   const RMSNorm& sa_norm() const { return *sa_norm_; }
   const RMSNorm& mlp_norm() const { return *mlp_norm_; }
 
-  // out [b, s, d] = layer(x [b, s, d]); out may be x itself. mask/input_pos as in
-  // MultiHeadAttention::Forward.
+  // What Backward reads, saved by a training Forward (buffers kept from call to call).
+  // With activation checkpointing every layer writes into one shared struct; `holder` says
+  // whose activations it holds, and Backward recomputes them when they are another layer's.
+  struct Activations {
+    Tensor xn1;  // [b, s, d] sa_norm(x)
+    MultiHeadAttention::Activations attn;
+    Tensor h1;   // [b, s, d] x + attn(xn1)
+    Tensor xn2;  // [b, s, d] mlp_norm(h1)
+    FeedForward::Activations mlp;
+    const TransformerSelfAttentionLayer* holder = nullptr;
+  };
+
+  // out [b, s, d] = layer(x [b, s, d]). mask/input_pos as in MultiHeadAttention::Forward.
+  // Evaluation and generation pass no `acts`; out may then be x itself. Training passes
+  // `acts` and the step's store; out must then be a buffer of its own (it doubles as the
+  // branches' temporary) and x must stay unchanged until Backward.
   absl::Status Forward(Tensor& out, const Tensor& x, const Tensor* mask = nullptr,
-                       const Tensor* input_pos = nullptr);
+                       const Tensor* input_pos = nullptr, Activations* acts = nullptr,
+                       ActivationStore* store = nullptr);
+  // dh: d(out) [b, s, d] on entry, d(x) on return; the parameters' gradients are added to the
+  // store's views. x, mask and input_pos are the forward's. When `acts` holds another layer's
+  // activations (checkpointing), this layer's forward is first recomputed into it with the
+  // same ops, so the gradients are bit-identical to a run that kept everything.
+  absl::Status Backward(Tensor& dh, const Tensor& x, const Tensor* mask, const Tensor* input_pos,
+                        Activations& acts, ActivationStore& store);
 
  private:
   TransformerSelfAttentionLayer(std::unique_ptr<MultiHeadAttention> attn,

@@ -13,9 +13,9 @@
 #include "core/dtype.h"
 #include "data/collate.h"
 #include "data/data_loader.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
+#include "training/decoder_trainer.h"
 #include "training/train_step.h"
 
 namespace cctune {

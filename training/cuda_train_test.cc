@@ -31,9 +31,9 @@
 #include "kernels/cuda/cuda_test_util.h"
 #include "models/decoder_builder.h"
 #include "models/lora.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
+#include "training/decoder_trainer.h"
 #include "training/optim.h"
 #include "training/train_step.h"
 

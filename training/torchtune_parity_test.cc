@@ -19,8 +19,8 @@
 #include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
+#include "training/decoder_trainer.h"
 #include "training/optim.h"
 #include "training/train_step.h"
 

@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/tensor.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
+#include "training/decoder_trainer.h"
 #include "training/optim.h"
 
 namespace cctune {

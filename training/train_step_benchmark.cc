@@ -12,8 +12,8 @@
 #include "core/random.h"
 #include "core/status.h"
 #include "models/decoder_builder.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
+#include "training/decoder_trainer.h"
 #include "training/optim.h"
 #include "training/train_step.h"
 

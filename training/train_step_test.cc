@@ -14,10 +14,10 @@
 #include "core/random.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
-#include "modules/decoder_backward.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
 #include "tests/util/float_near.h"
+#include "training/decoder_trainer.h"
 #include "training/optim.h"
 
 namespace cctune {

@@ -1,17 +1,26 @@
-// Training forward and backward for a TransformerDecoder (no KV cache), written out per layer
-// in llm.c's manner from the kernels/ops.h forward and backward ops.
+// DecoderTrainer: one training pass of a TransformerDecoder, as a loop over the modules' own
+// Forward and Backward (modules/*.h; no forward math here):
+//
+//   1. the decoder's Forward with saved activations (TransformerDecoder::ForwardHidden with an
+//      Activations struct and the step's ActivationStore), up to the final norm;
+//   2. the fused output projection + cross-entropy and its backward, in row chunks, so no
+//      [b·s, v] logits buffer exists beyond one chunk;
+//   3. the decoder's Backward: the final norm's, then each layer's in reverse, then the
+//      embedding's, adding every parameter gradient into the gradient arena.
 //
 //   DecoderTrainer trainer = ...Create(model, grads);     // grads: f32 arena, model's layout
 //   CCTUNE_ASSIGN_OR_RETURN(LossSum l, trainer.ForwardBackward(tokens, labels));
 //   // every parameter gradient of l.loss_sum / l.num_valid is now ADDED into `grads`
 //
-// The forward saves, per layer, the inputs of both norms, the normalised inputs, q/k (after
-// RoPE) and v, the attention output and its log-sum-exp, and the SwiGLU gate/up/product; the
-// backward reads them. With activation checkpointing only each layer's input is kept and the
-// layer's forward is recomputed (with the same ops, so the gradients are bit-identical) just
-// before its backward. The loss is a mean cross-entropy over `labels` (already shifted by the
-// caller; ignore_index -100), fused with its backward and computed in row chunks, so no
-// [b·s, v] logits buffer is ever allocated beyond one chunk.
+// Each layer saves the inputs of both norms, the normalised inputs, q/k (after RoPE) and v, the
+// attention output and its log-sum-exp, and the SwiGLU gate/up/product. With activation
+// checkpointing only each layer's input is kept and the layer's Backward recomputes its
+// forward (with the same ops, so the gradients are bit-identical). The loss is a mean
+// cross-entropy over `labels` (already shifted by the caller; ignore_index -100).
+//
+// Steady state allocates nothing: the activations, the backward's temporaries (in the
+// ActivationStore), the logits chunk and the per-chunk losses live in a workspace reused by
+// every call of the same shapes, and the buffers that must start at zero are zeroed in place.
 //
 // Gradients ACCUMULATE into the arena, so several micro-batches add up: pass the total number
 // of valid labels of the whole step as `normalizer` so that their sum is the full batch's mean
@@ -41,18 +50,18 @@
 // Supported: GQA/MQA, q/k/v (and any other Linear) biases, tied or untied output, RoPE of any
 // flavour, an explicit bool mask [b, s, s] (packing) and input_pos [b, s] or [s]. Not
 // supported (Unimplemented from Create): q_norm/k_norm inside attention.
-#ifndef CCTUNE_MODULES_DECODER_BACKWARD_H_
-#define CCTUNE_MODULES_DECODER_BACKWARD_H_
+#ifndef CCTUNE_TRAINING_DECODER_TRAINER_H_
+#define CCTUNE_TRAINING_DECODER_TRAINER_H_
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "modules/activation_store.h"
 #include "modules/linear.h"
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
@@ -116,58 +125,30 @@ class DecoderTrainer {
   ~DecoderTrainer();
 
  private:
-  struct LayerActs;
   struct Batch;
+  struct Workspace;
   DecoderTrainer(TransformerDecoder* model, DecoderTrainerOptions options);
 
   absl::StatusOr<Batch> PrepareBatch(const Tensor& tokens, const Tensor& labels,
                                      const Tensor* mask, const Tensor* input_pos) const;
-  // The gradient view of `param`; undefined when it is frozen.
-  Tensor Grad(const Tensor& param) const;
-  // Also the adapter's backward when `linear` is an unmerged LoRALinear.
-  absl::Status LinearBackward(Tensor* dx, const Linear& linear, const Tensor& dy,
-                              const Tensor& x) const;
-  // The adapter part of a LoRALinear's backward (gradients of lora_a/lora_b unless frozen,
-  // and its contribution to dx). x holds rows [row0, ...) of the adapter's input (the output
-  // projection runs by row chunks), which places them in its dropout mask.
-  absl::Status AdapterBackward(Tensor* dx, const LoRALinear& lora, const Tensor& dy,
-                               const Tensor& x, int64_t row0 = 0) const;
-  // linear.Forward, or, for an adapter with dropout in this step, its training forward (x:
-  // rows [row0, ...) of its input, as above).
-  absl::Status ProjForward(const Linear& linear, Tensor& out, const Tensor& x,
-                           int64_t row0 = 0) const;
-  // The first Philox word of `lora`'s dropout mask in this step; null when it has none (no
-  // dropout, merged, or not a training forward).
-  const uint64_t* DropoutOffset(const Linear& linear) const;
   // Draws this step's dropout blocks from the generator (see above) for `rows` input rows.
   void AssignDropoutOffsets(int64_t rows);
-  absl::Status LayerForward(size_t l, LayerActs& acts, const Tensor& x, Tensor& out,
-                            const Batch& batch);
-  absl::Status LayerBackward(size_t l, const LayerActs& acts, const Tensor& x, Tensor& dh,
-                             const Batch& batch);
   absl::StatusOr<LossSum> Run(const Tensor& tokens, const Tensor& labels, const Tensor* mask,
                               const Tensor* input_pos, bool backward, double normalizer);
 
   TransformerDecoder* model_;
   DecoderTrainerOptions options_;
-  const Tensor* output_weight_ = nullptr;  // the output projection's weight (maybe tied)
-  const Tensor* output_bias_ = nullptr;
-  const LoRALinear* output_lora_ = nullptr;  // an unmerged LoRA output projection
-  // Parameter (by the address of its bound tensor) -> its gradient view.
-  absl::flat_hash_map<const Tensor*, Tensor> grads_;
-  // LoRA dropout: the adapters with dropout > 0 in their draw order, the generator, and this
-  // step's first mask word of each (empty outside a training forward).
+  // Gradient views, this step's dropout masks and the backward's temporaries.
+  ActivationStore store_;
+  // LoRA dropout: the adapters with dropout > 0 in their draw order, and the generator.
   std::vector<const LoRALinear*> dropout_adapters_;
   Generator own_generator_{0};
   Generator* generator_ = &own_generator_;
-  uint64_t dropout_seed_ = 0;
-  absl::flat_hash_map<const LoRALinear*, uint64_t> dropout_offsets_;
-  // The activation buffers of the last call, reused by the next one of the same shape (fresh
+  // The activations and loss buffers of the last call, reused by the next one (fresh
   // allocations of this size cost page faults on every step).
-  struct Workspace;
   std::unique_ptr<Workspace> ws_;
 };
 
 }  // namespace cctune
 
-#endif  // CCTUNE_MODULES_DECODER_BACKWARD_H_
+#endif  // CCTUNE_TRAINING_DECODER_TRAINER_H_

@@ -5,7 +5,7 @@
 // against the plain run (bit-identical), and gradient accumulation over micro-batches. LoRA:
 // adapter gradients against the fp64 loss (merged, or with dropout applied unmerged with the
 // documented Philox masks) and checkpointing with dropout (bit-identical).
-#include "modules/decoder_backward.h"
+#include "training/decoder_trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/device_interface.h"
 #include "core/random.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
 #include "models/decoder_builder.h"
 #include "models/lora.h"
+#include "modules/activation_store.h"
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
@@ -197,7 +199,7 @@ struct RefDropout {
   uint64_t end = 0;  // the generator's offset after the step
 };
 
-// The masks' offsets as decoder_backward.h documents them: consecutive blocks of b·s·in words
+// The masks' offsets as decoder_trainer.h documents them: consecutive blocks of b·s·in words
 // from `offset`, in the order q, k, v, output_proj, w1, w2, w3 of each layer, then the output.
 RefDropout MakeRefDropout(const Case& c, const Params& theta, float p, uint64_t seed,
                           uint64_t offset, double scale) {
@@ -969,6 +971,135 @@ TEST(DecoderTrainerPackingTest, PackedEqualsUnpackedPerDocument) {
   for (float g : g_docs) gmax = std::max(gmax, std::fabs(g));
   for (size_t i = 0; i < g_docs.size(); ++i) {
     ASSERT_NEAR(g_packed[i], g_docs[i], 1e-5f * gmax) << "gradient element " << i;
+  }
+}
+
+// ---- One forward for every mode ----
+
+// Causal mask over the whole cache for queries at positions [p0, p0 + s): [b, s, cache_len].
+Tensor CacheMask(int64_t b, int64_t s, int64_t p0, int64_t cache_len) {
+  std::vector<float> m(b * s * cache_len, 0.f);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < s; ++i) {
+      for (int64_t j = 0; j <= p0 + i; ++j) m[(bi * s + i) * cache_len + j] = 1.f;
+    }
+  }
+  return ValueOrDie(Tensor::FromVector(m, {b, s, cache_len}, DType::kBool));
+}
+
+Tensor Positions(int64_t b, int64_t s, int64_t p0) {
+  std::vector<int64_t> p;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < s; ++i) p.push_back(p0 + i);
+  }
+  return ValueOrDie(Tensor::FromVector(p, {b, s}));
+}
+
+// The training forward (saved activations) and the evaluation forward are one code path over
+// the same ops: their logits are bit-identical. Prefill + cached decoding reads K/V from the
+// cache instead and matches to rounding.
+TEST(DecoderForwardModesTest, TrainingEvaluationAndCachedDecodingAgree) {
+  using P = ops::RopePairing;
+  for (const auto& [name, n_kv] :
+       std::vector<std::pair<std::string, int64_t>>{{"mha", 4}, {"gqa", 2}, {"mqa", 1}}) {
+    for (bool tied : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(name, tied ? " tied" : " untied"));
+      const DecoderConfig config = Tiny(17, 4, n_kv, 24, tied, /*bias=*/!tied, P::kInterleaved);
+      Model m = MakeModel(config, 301 + n_kv);
+      const int64_t b = 2, s = 7, v = config.vocab_size;
+      Generator gen(302);
+      std::vector<int64_t> ids(b * s);
+      for (int64_t& t : ids) t = static_cast<int64_t>(gen.UniformInt(v));
+      const Tensor tokens = ValueOrDie(Tensor::FromVector(ids, {b, s}));
+
+      Tensor eval_logits = ValueOrDie(Tensor::Empty({b, s, v}, DType::kF32));
+      ASSERT_TRUE(m.decoder->Forward(eval_logits, tokens).ok());
+      TransformerDecoder::Activations acts;
+      ActivationStore store;
+      Tensor train_logits = ValueOrDie(Tensor::Empty({b, s, v}, DType::kF32));
+      ASSERT_TRUE(m.decoder->Forward(train_logits, tokens, nullptr, nullptr, &acts, &store).ok());
+      const std::vector<float> want = ValueOrDie(eval_logits.ToFloatVector());
+      const std::vector<float> got = ValueOrDie(train_logits.ToFloatVector());
+      int64_t differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) differ += want[i] != got[i];
+      EXPECT_EQ(differ, 0) << "training-mode logits differ from the evaluation forward's";
+      EXPECT_EQ(acts.hs.size(), m.decoder->num_layers() + 1);
+      EXPECT_TRUE(acts.layers[0].attn.lse.defined());
+
+      // Prefill 3 tokens, then decode the other 4 one at a time.
+      double max_abs = 0;
+      for (float x : want) max_abs = std::max(max_abs, static_cast<double>(std::fabs(x)));
+      ASSERT_TRUE(m.decoder->SetupCaches(b, DType::kF32).ok());
+      const int64_t cache_len = config.max_seq_len, s0 = 3;
+      double worst = 0;
+      auto check = [&](int64_t p0, int64_t len) {
+        Tensor chunk = ValueOrDie(ValueOrDie(tokens.Narrow(1, p0, len)).Contiguous());
+        const Tensor mask = CacheMask(b, len, p0, cache_len);
+        const Tensor pos = Positions(b, len, p0);
+        Tensor logits = ValueOrDie(Tensor::Empty({b, len, v}, DType::kF32));
+        ASSERT_TRUE(m.decoder->Forward(logits, chunk, &mask, &pos).ok());
+        const std::vector<float> l = ValueOrDie(logits.ToFloatVector());
+        for (int64_t bi = 0; bi < b; ++bi) {
+          for (int64_t i = 0; i < len; ++i) {
+            for (int64_t k = 0; k < v; ++k) {
+              const double d = std::fabs(l[(bi * len + i) * v + k] -
+                                         want[(bi * s + p0 + i) * v + k]);
+              worst = std::max(worst, d);
+            }
+          }
+        }
+      };
+      check(0, s0);
+      for (int64_t p = s0; p < s; ++p) check(p, 1);
+      EXPECT_LE(worst, 1e-6 * max_abs) << "cached decoding vs full forward";
+      m.decoder->DeleteCaches();
+    }
+  }
+}
+
+// After the first step has sized the workspace, steps allocate no storage: activations,
+// temporaries, the logits chunk and the losses are reused and zeroed in place.
+TEST(DecoderTrainerWorkspaceTest, StepsAfterTheFirstAllocateNothing) {
+  for (bool ckpt : {false, true}) {
+    for (bool lora : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(ckpt ? "checkpointing" : "all activations", lora ? ", lora" : ""));
+      const Case c = Cases()[2];  // packed: mask and positions
+      std::unique_ptr<TransformerDecoder> decoder;
+      ParameterArena params, grads;
+      DecoderTrainerOptions opts;
+      opts.activation_checkpointing = ckpt;
+      opts.logits_chunk_rows = 4;  // a partial last chunk
+      if (lora) {
+        LoRAOptions lo = TinyLoRA(true);
+        lo.lora_dropout = 0.1;
+        LoRAModel m = MakeLoRAModel(c.config, lo, 401);
+        decoder = std::move(m.decoder);
+        params = std::move(m.params);
+        grads = std::move(m.grads);
+        opts.frozen_if_missing = true;
+      } else {
+        Model m = MakeModel(c.config, 402);
+        decoder = std::move(m.decoder);
+        params = std::move(m.params);
+        grads = std::move(m.grads);
+      }
+      Generator gen(403);
+      const Data data = MakeData(c, gen);
+      auto trainer = ValueOrDie(DecoderTrainer::Create(decoder.get(), &grads, opts));
+      Generator drop_gen(7);
+      trainer->set_generator(&drop_gen);
+      auto step = [&] {
+        ASSERT_TRUE(grads.Zero().ok());
+        ASSERT_TRUE(trainer
+                        ->ForwardBackward(data.t_tokens, data.t_labels, &data.t_mask,
+                                          &data.t_positions)
+                        .ok());
+      };
+      step();
+      const int64_t before = GetMemoryStats(Device::Cpu()).total_allocations;
+      for (int i = 2; i <= 4; ++i) step();
+      EXPECT_EQ(GetMemoryStats(Device::Cpu()).total_allocations - before, 0);
+    }
   }
 }
 
