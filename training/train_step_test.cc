@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_interface.h"
 #include "core/random.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
@@ -190,6 +191,26 @@ TEST(TrainStepTest, TwoMicroBatchesMakeTheSameStepAsOneBatch) {
     worst = std::max(worst, std::fabs(static_cast<double>(pb[i]) - pa[i]) / (ulp + extra));
   }
   std::printf("largest parameter difference: %.2f of its bound\n", worst);
+}
+
+// A whole optimizer step (zeroing, two micro-batches, clipping, AdamW) allocates no storage
+// once the first step has sized the trainer's workspace.
+TEST(TrainStepTest, StepsAfterTheFirstAllocateNothing) {
+  for (bool checkpointing : {false, true}) {
+    const DecoderConfig config = TinyConfig(/*tied=*/true);
+    Model m = MakeModel(config, 13, checkpointing);
+    Generator gen(14);
+    const MicroBatch full = MakeBatch(4, 6, config.vocab_size, gen);
+    const std::vector<MicroBatch> micro = {Rows(full, 0, 2), Rows(full, 2, 2)};
+    auto opt = ValueOrDie(AdamW::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), {}));
+    ASSERT_TRUE(TrainStep(*m.trainer, *opt, micro, 1.0).ok());
+    const int64_t before = GetMemoryStats(Device::Cpu()).total_allocations;
+    for (int step = 2; step <= 5; ++step) {
+      ASSERT_TRUE(TrainStep(*m.trainer, *opt, micro, 1.0).ok());
+    }
+    EXPECT_EQ(GetMemoryStats(Device::Cpu()).total_allocations - before, 0)
+        << (checkpointing ? "with" : "without") << " activation checkpointing";
+  }
 }
 
 TEST(TrainStepTest, ReportsThePreClipNormAndClipsToMaxNorm) {
