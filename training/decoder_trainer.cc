@@ -11,8 +11,6 @@
 #include "modules/attention.h"
 #include "modules/feed_forward.h"
 #include "modules/lora_linear.h"
-#include "modules/rms_norm.h"
-#include "modules/rotary_positional_embeddings.h"
 #include "modules/tied_linear.h"
 #include "modules/transformer_self_attention_layer.h"
 
