@@ -27,7 +27,7 @@ DEFAULT_TARGETS=(
   //kernels:norm_test
   //kernels:decoder_backward_test
   //checkpoint:dtype_convert_test
-  //modules:decoder_backward_test
+  //training:decoder_trainer_test
   //training:train_step_test
   //training:optim_test
   //kernels:optim_test
@@ -60,7 +60,8 @@ for level in "${LEVELS[@]}"; do
   start=$(date +%s)
   echo "== --config=$level: ${TARGETS[*]}"
   bazel --output_base="$HOME/.cache/bazel_ob/isa_$level" --max_idle_secs=300 \
-    test --config="$level" --test_summary=terse "${TARGETS[@]}" 2>&1 |
+    test --config="$level" --symlink_prefix=/ --nocache_test_results --test_summary=terse \
+    "${TARGETS[@]}" 2>&1 |
     grep -vE '^(Loading|Analyzing|INFO: (Analyzed|Found|From)|\[[0-9,]+ / [0-9,]+\])' |
     grep -vE '^ +bazel-bin/|up-to-date:$'
   rc=${PIPESTATUS[0]}
