@@ -60,7 +60,7 @@ for level in "${LEVELS[@]}"; do
   start=$(date +%s)
   echo "== --config=$level: ${TARGETS[*]}"
   bazel --output_base="$HOME/.cache/bazel_ob/isa_$level" --max_idle_secs=300 \
-    test --config="$level" --symlink_prefix=/ --nocache_test_results --test_summary=terse \
+    test --config="$level" --symlink_prefix=/ --nocache_test_results --test_summary=short \
     "${TARGETS[@]}" 2>&1 |
     grep -vE '^(Loading|Analyzing|INFO: (Analyzed|Found|From)|\[[0-9,]+ / [0-9,]+\])' |
     grep -vE '^ +bazel-bin/|up-to-date:$'
