@@ -18,8 +18,10 @@ for f in "$@"; do
   cp "$f" "$corpus/$i-$(basename "$f")"
   i=$((i + 1))
 done
+# A fixed seed by default, so a CI run replays the same mutations (FUZZ_SEED=0: random, for
+# campaigns).
 flags=(-artifact_prefix="$artifacts/" -print_final_stats=1 -rss_limit_mb=2560 -timeout=30
-       -max_len="${FUZZ_MAX_LEN:-65536}")
+       -max_len="${FUZZ_MAX_LEN:-65536}" -seed="${FUZZ_SEED:-1}")
 if [ -n "${FUZZ_RUNS:-}" ]; then
   flags+=(-runs="$FUZZ_RUNS")
 else
