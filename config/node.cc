@@ -655,13 +655,19 @@ absl::StatusOr<float> Convert<float>::Do(const ConfigNode& n) {
 namespace {
 
 // True when `s` can be written unquoted and loads back as the same string.
-// Length of a UTF-8 sequence at s[i] that YAML does not allow raw in a stream (C1 controls
-// but NEL, U+FFFE, U+FFFF), or 0. Such characters must be written as escapes.
+// Length of a UTF-8 sequence at s[i] that must be written as an escape, or 0: what YAML does
+// not allow raw in a stream (C1 controls, U+FFFE, U+FFFF) and what YAML 1.1 readers take for
+// a line break (NEL U+0085, LINE and PARAGRAPH SEPARATOR U+2028 / U+2029), which a quoted
+// scalar would fold.
 size_t DisallowedSequence(const std::string& s, size_t i) {
   const unsigned char c = s[i];
   if (c == 0xC2 && i + 1 < s.size()) {
     const unsigned char b = s[i + 1];
-    if (b >= 0x80 && b <= 0x9F && b != 0x85) return 2;
+    if (b >= 0x80 && b <= 0x9F) return 2;
+  }
+  if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80) {
+    const unsigned char b = s[i + 2];
+    if (b == 0xA8 || b == 0xA9) return 3;
   }
   if (c == 0xEF && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0xBF) {
     const unsigned char b = s[i + 2];
@@ -710,6 +716,9 @@ std::string Quote(const std::string& s) {
       case '\n':
         out += "\\n";
         break;
+      case '\r':
+        out += "\\r";
+        break;
       case '\t':
         out += "\\t";
         break;
@@ -747,13 +756,23 @@ bool IsBlock(const ConfigNode& n) { return (n.IsMap() || n.IsList()) && n.size()
 
 std::string KeyYaml(const std::string& k) { return PlainSafe(k) ? k : Quote(k); }
 
+// The longest key written as an implicit "key: value" (YAML 1.2 section 7.4.2 allows 1024
+// characters; yaml-cpp rejects longer ones).
+constexpr size_t kMaxImplicitKeyChars = 1000;
+
 }  // namespace
 
 void ConfigNode::AppendYaml(int indent, std::string* out) const {
   const std::string pad(indent, ' ');
   if (kind_ == Kind::kMap && !entries_.empty()) {
     for (const Entry& e : entries_) {
-      absl::StrAppend(out, pad, KeyYaml(e.first), ":");
+      const std::string key = KeyYaml(e.first);
+      if (key.size() > kMaxImplicitKeyChars) {
+        // YAML limits implicit keys to 1024 characters; a longer one is an explicit "? key".
+        absl::StrAppend(out, pad, "? ", key, "\n", pad, ":");
+      } else {
+        absl::StrAppend(out, pad, key, ":");
+      }
       if (IsBlock(e.second)) {
         out->push_back('\n');
         e.second.AppendYaml(indent + 2, out);

@@ -7,7 +7,6 @@
 //       config/fuzz/yaml_corpus
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "config/yaml_loader.h"
@@ -18,11 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (root.ok()) {
     const std::string yaml = root->ToYaml();
     auto again = cctune::LoadYamlString(yaml, "again.yaml");
-    // ToYaml should round-trip, but does not yet for every input (open findings in
-    // config/fuzz/open_findings/: CR-folded plain scalars, "\N" escapes); the trap is off
-    // until they are fixed. CCTUNE_FUZZ_ROUNDTRIP=1 turns it back on.
-    static const bool check_round_trip = std::getenv("CCTUNE_FUZZ_ROUNDTRIP") != nullptr;
-    if (check_round_trip && (!again.ok() || *again != *root)) __builtin_trap();
+    if (!again.ok() || *again != *root) __builtin_trap();
     (void)root->Describe();
   }
   auto value = cctune::ParseYamlValue(text, cctune::Location{"fuzz override", 0, 0});

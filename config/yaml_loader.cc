@@ -17,6 +17,35 @@
 namespace cctune {
 namespace {
 
+// yaml-cpp decodes the double-quoted escapes "\\N" (U+0085) and "\\_" (U+00A0) to the single
+// Latin-1 bytes 0x85 and 0xA0 instead of their UTF-8 encodings. The text it parsed is checked
+// UTF-8 (FirstInvalidCharacter), so such a byte that does not continue a UTF-8 sequence came
+// from one of those escapes: write it as the two-byte sequence it stands for.
+std::string RepairYamlCppEscapes(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    const size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                  : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    bool whole = n != 0 && i + n <= s.size();
+    for (size_t k = 1; whole && k < n; ++k) {
+      const unsigned char b = s[i + k];
+      whole = b >= 0x80 && b <= 0xBF;
+    }
+    if (whole) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      if (c == 0x85 || c == 0xA0) out.push_back('\xC2');
+      out.push_back(static_cast<char>(c));
+      ++i;
+    }
+  }
+  return out;
+}
+
+
 constexpr char kTagPrefix[] = "tag:yaml.org,2002:";
 
 // Converts a yaml-cpp tree (checked by Measurer first). `fixed` (when set) overrides every
@@ -53,7 +82,7 @@ class Converter {
                                     : "map keys must be plain strings, not lists or maps");
             continue;
           }
-          const std::string key = it->first.Scalar();
+          const std::string key = RepairYamlCppEscapes(it->first.Scalar());
           const std::string key_path = JoinKey(path, key);
           if (key.empty()) {
             Fail(key_loc, path, "empty map key");
@@ -103,7 +132,7 @@ class Converter {
 
   ConfigNode ConvertScalar(const YAML::Node& y, const Location& loc, const std::string& path) {
     const std::string& tag = y.Tag();
-    const std::string& text = y.Scalar();
+    const std::string text = RepairYamlCppEscapes(y.Scalar());
     if (tag == "!" || tag == absl::StrCat(kTagPrefix, "str")) {
       return ConfigNode::String(text, loc);  // quoted or explicitly a string
     }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -331,6 +332,56 @@ TEST(YamlLoaderTest, ControlCharactersAreAnError) {
   auto again = LoadYamlString(ok->ToYaml());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, *ok);
+}
+
+
+// Fuzz findings (config/fuzz/yaml_corpus/found_roundtrip_*): values that load must print
+// (ToYaml) to YAML that loads back to an equal tree.
+void ExpectRoundTrip(const std::string& text) {
+  SCOPED_TRACE(text);
+  auto root = LoadYamlString(text, "in.yaml");
+  ASSERT_TRUE(root.ok()) << root.status();
+  const std::string yaml = root->ToYaml();
+  auto again = LoadYamlString(yaml, "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << yaml;
+  EXPECT_EQ(*again, *root) << "printed:\n" << yaml << "reprinted:\n" << again->ToYaml();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(YamlLoaderTest, FuzzFindingsRoundTrip) {
+  ExpectRoundTrip(ReadFile("config/fuzz/yaml_corpus/found_roundtrip_cr_runs.yaml"));
+  ExpectRoundTrip(ReadFile("config/fuzz/yaml_corpus/found_roundtrip_nel_escape.yaml"));
+}
+
+TEST(YamlLoaderTest, PlainScalarsFoldedOverCarriageReturnsRoundTrip) {
+  ExpectRoundTrip("a: 1\nb: x\r\ry\r\n");
+  ExpectRoundTrip("a: 1\nb: x\ry\n");
+  ExpectRoundTrip("a: 1\nb:\r\rx\n");
+  // Keys whose escaped form passes YAML's 1024-character limit on implicit keys.
+  const std::string long_key = "k:" + std::string(600, '\r') + "x";
+  ExpectRoundTrip("a: 1\n" + long_key + ": 2\n");
+  ExpectRoundTrip("a: 1\n" + long_key + ":\n  inner: [1, 2]\n  more: {x: y}\n");
+  ExpectRoundTrip("a:\n  - " + long_key + ": v\n    other: 3\n");
+  ExpectRoundTrip("a: \"" + std::string(1100, 'x') + "\"\n? \"" + std::string(1100, 'y') +
+                  "\"\n: 1\n");
+}
+
+TEST(YamlLoaderTest, LineBreakEscapesRoundTrip) {
+  ExpectRoundTrip("a: \"\\N4YAMLParserExcu00e9\\t\\\\\"\nb: 'it''s'\n\n");
+  ExpectRoundTrip("a: \"x\\Ny\"\n");
+  ExpectRoundTrip("a: \"x\\Ly\\Pz\"\n");
+  ExpectRoundTrip("a: \"\\N\"\n");
+  ExpectRoundTrip("a: \"x\\ry\\r\"\n");
+  ExpectRoundTrip("a: \"\\u2028 \\u2029 \\u0085\"\n");
+  ExpectRoundTrip("a: \"\\_x\\_\"\n\"\\N\\_k\": 1\n");
+  auto nbsp = LoadYamlString("a: \"\\_\\N\\u00e9\\xe9\"\n", "in.yaml");
+  ASSERT_TRUE(nbsp.ok()) << nbsp.status();
+  EXPECT_EQ(nbsp->Find("a")->string_value(), "\xC2\xA0\xC2\x85\xC3\xA9\xC3\xA9");
 }
 
 }  // namespace
