@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "data/byte_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tokenizers/byte_tokenizer.h"
 
 namespace cctune {
 namespace {

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "data/byte_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/shared_dir.h"
+#include "tokenizers/byte_tokenizer.h"
 #include "tokenizers/llama2c.h"
 
 namespace cctune {

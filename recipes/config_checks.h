@@ -6,20 +6,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/key_limits.h"  // the kMax*Key bounds, used with these checks
 #include "config/node.h"
 #include "core/device.h"
 #include "core/dtype.h"
 
 namespace cctune {
-
-// Upper bounds of the recipes' integer keys (docs/config_reference.md, "Limits"). Far above
-// any real run, and small enough that sums and products of them cannot overflow int64.
-inline constexpr int64_t kMaxSeqLenKey = int64_t{1} << 20;      // max_seq_len, max_new_tokens
-inline constexpr int64_t kMaxBatchSizeKey = int64_t{1} << 16;   // batch_size, accumulation
-inline constexpr int64_t kMaxEpochsKey = int64_t{1} << 20;      // epochs
-inline constexpr int64_t kMaxStepsKey = int64_t{1} << 40;       // step counts and periods
-inline constexpr int64_t kMaxNumSamplesKey = int64_t{1} << 22;  // generated dataset samples
-inline constexpr int64_t kMaxTopKKey = (int64_t{1} << 31) - 1;  // top_k
 
 // Schema check: an int value must be >= 1 (other kinds pass; the schema checks types).
 absl::Status AtLeastOne(const ConfigNode& node);

@@ -13,15 +13,15 @@
 #include "checkpoint/atomic_file.h"
 #include "core/device_interface.h"
 #include "core/status.h"
+#include "data/dataset_components.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/config_checks.h"
-#include "data/dataset_components.h"
 #include "recipes/finetune_utils.h"
-#include "recipes/training_components.h"
-#include "training/metric_logger_components.h"
 #include "training/interrupt.h"
+#include "training/metric_logger_components.h"
 #include "training/progress_bar.h"
 #include "training/train_step.h"
+#include "training/training_components.h"
 
 namespace cctune {
 

@@ -24,7 +24,7 @@
 #include "data/data_loader.h"
 #include "data/dataset.h"
 #include "recipes/checkpoint_dir.h"
-#include "recipes/tokenizer_components.h"
+#include "tokenizers/tokenizer_components.h"
 #include "training/decoder_trainer.h"
 #include "training/lr_scheduler.h"
 #include "training/metric_logger.h"

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "checkpoint/checkpointer_components.h"
 #include "config/validate.h"
 #include "core/device.h"
 #include "core/device_interface.h"
@@ -18,11 +19,10 @@
 #include "generation/model_loader.h"
 #include "modules/attention.h"
 #include "recipes/builtin_configs.h"
-#include "recipes/checkpointer_components.h"
 #include "recipes/config_checks.h"
 #include "recipes/model_components.h"
-#include "recipes/tokenizer_components.h"
 #include "tokenizers/prompt_template.h"
+#include "tokenizers/tokenizer_components.h"
 
 namespace cctune {
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/checkpointer_components.h"
 #include "checkpoint/hf.h"
 #include "checkpoint/peft.h"
 #include "config/validate.h"
@@ -26,17 +27,16 @@
 #include "modules/parameters.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/checkpoint_dir.h"
-#include "recipes/checkpointer_components.h"
 #include "recipes/config_checks.h"
 #include "recipes/finetune_loop.h"
 #include "recipes/finetune_utils.h"
 #include "recipes/model_components.h"
-#include "recipes/tokenizer_components.h"
-#include "recipes/training_components.h"
+#include "tokenizers/tokenizer_components.h"
 #include "training/decoder_trainer.h"
 #include "training/metric_logger_components.h"
 #include "training/recipe_state.h"
 #include "training/train_step.h"
+#include "training/training_components.h"
 
 namespace cctune {
 

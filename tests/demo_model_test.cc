@@ -7,12 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf.h"
 #include "core/random.h"
-#include "data/byte_tokenizer.h"
+#include "data/dataset_components.h"
 #include "generation/generate.h"
 #include "generation/model_loader.h"
 #include "gtest/gtest.h"
 #include "models/tiny/tiny.h"
-#include "recipes/training_components.h"
+#include "tokenizers/byte_tokenizer.h"
 
 namespace cctune {
 namespace {

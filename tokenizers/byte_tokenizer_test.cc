@@ -1,4 +1,4 @@
-#include "data/byte_tokenizer.h"
+#include "tokenizers/byte_tokenizer.h"
 
 #include <string>
 #include <vector>

@@ -1,12 +1,12 @@
-#include "recipes/tokenizer_components.h"
+#include "tokenizers/tokenizer_components.h"
 
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "config/key_limits.h"
 #include "core/status.h"
-#include "data/byte_tokenizer.h"
-#include "recipes/config_checks.h"
+#include "tokenizers/byte_tokenizer.h"
 #include "tokenizers/llama2c.h"
 #include "tokenizers/sentencepiece.h"
 #include "tokenizers/tiktoken.h"

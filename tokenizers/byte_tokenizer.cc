@@ -1,4 +1,4 @@
-#include "data/byte_tokenizer.h"
+#include "tokenizers/byte_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"

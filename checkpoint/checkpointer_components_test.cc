@@ -1,4 +1,4 @@
-#include "recipes/checkpointer_components.h"
+#include "checkpoint/checkpointer_components.h"
 
 #include <fstream>
 

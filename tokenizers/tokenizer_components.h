@@ -1,14 +1,16 @@
-// Tokenizer components for recipes, with torchtune's names and keys (path, max_seq_len,
-// prompt_template):
+// Tokenizers as config components (kind "tokenizer"), with torchtune's names and keys (path,
+// max_seq_len, prompt_template):
 //   cctune.models.llama3.llama3_tokenizer   Meta's tiktoken tokenizer.model; Llama 3 chat
 //                                           headers always (as torchtune's Llama3Tokenizer)
 //   cctune.models.llama2.llama2_tokenizer   SentencePiece tokenizer.model; no template, or
 //                                           prompt_template:
 //                                           torchtune.models.llama2.Llama2ChatTemplate
 //   cctune.models.llama2c.llama2c_tokenizer llama2.c's tokenizer .bin (run.c's encoding)
+//   cctune.data.byte_tokenizer              the project's byte-level tokenizer
+//                                           (tokenizers/byte_tokenizer.h; max_seq_len only)
 // The torchtune.* spellings resolve to these.
-#ifndef CCTUNE_RECIPES_TOKENIZER_COMPONENTS_H_
-#define CCTUNE_RECIPES_TOKENIZER_COMPONENTS_H_
+#ifndef CCTUNE_TOKENIZERS_TOKENIZER_COMPONENTS_H_
+#define CCTUNE_TOKENIZERS_TOKENIZER_COMPONENTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -45,4 +47,4 @@ absl::Status RegisterTokenizers();
 
 }  // namespace cctune
 
-#endif  // CCTUNE_RECIPES_TOKENIZER_COMPONENTS_H_
+#endif  // CCTUNE_TOKENIZERS_TOKENIZER_COMPONENTS_H_

@@ -1,4 +1,4 @@
-// Config components the training recipes instantiate, with torchtune's spellings:
+// Optimizers, LR schedulers and losses as config components, with torchtune's spellings:
 //   optimizer     cctune.optim.AdamW (torch.optim.AdamW): lr, betas [b1, b2], eps,
 //                 weight_decay; cctune.optim.SGD (torch.optim.SGD): lr, momentum, dampening,
 //                 weight_decay, nesterov. Factories get the parameter/gradient buffers.
@@ -7,11 +7,11 @@
 //   loss          cctune.modules.loss.CEWithChunkedOutputLoss (num_output_chunks) and
 //                 cctune.modules.loss.CrossEntropyLoss: the fused chunked cross-entropy of
 //                 DecoderTrainer, ignore_index -100
-//   tokenizer     cctune.data.byte_tokenizer (data/byte_tokenizer.h; max_seq_len)
+//   tokenizer     cctune.data.byte_tokenizer (tokenizers/byte_tokenizer.h; max_seq_len)
 //   dataset       cctune.data.synthetic_arithmetic: "a+b=c" samples generated from a seed
 //                 (see SyntheticArithmeticText), prompt "a+b=" masked out of the loss.
-#ifndef CCTUNE_RECIPES_TRAINING_COMPONENTS_H_
-#define CCTUNE_RECIPES_TRAINING_COMPONENTS_H_
+#ifndef CCTUNE_TRAINING_TRAINING_COMPONENTS_H_
+#define CCTUNE_TRAINING_TRAINING_COMPONENTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -45,16 +45,9 @@ using LossRegistryT = Registry<LossComponent>;
 // Component kind "loss".
 LossRegistryT& LossRegistry();
 
-// The i-th sample (0-based) of the synthetic arithmetic set with `seed`: operands are uniform
-// in [0, 10^max_digits) from a Philox stream keyed by `seed` at counter 2 * i; returns the
-// prompt "a+b=" and the answer "c" (decimal, no leading zeros). Pure function of its inputs.
-std::pair<std::string, std::string> SyntheticArithmeticText(uint64_t seed, int64_t index,
-                                                            int64_t max_digits);
-
-// Registers the components above plus the byte tokenizer and the synthetic dataset
-// (idempotent, thread-safe). Also registers the dataset and tokenizer registries' others.
+// Registers the components above (idempotent, thread-safe).
 absl::Status RegisterTrainingComponents();
 
 }  // namespace cctune
 
-#endif  // CCTUNE_RECIPES_TRAINING_COMPONENTS_H_
+#endif  // CCTUNE_TRAINING_TRAINING_COMPONENTS_H_

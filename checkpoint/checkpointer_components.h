@@ -4,8 +4,8 @@
 //   cctune.training.Llama2cCheckpointer       (a llama2.c .bin file)
 // A checkpointer loads a StateDict in torchtune names, plus the model-builder arguments the
 // checkpoint itself determines (a llama2.c header fixes the architecture).
-#ifndef CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_
-#define CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_
+#ifndef CCTUNE_CHECKPOINT_CHECKPOINTER_COMPONENTS_H_
+#define CCTUNE_CHECKPOINT_CHECKPOINTER_COMPONENTS_H_
 
 #include <memory>
 #include <string>
@@ -67,4 +67,4 @@ absl::Status RegisterCheckpointers();
 
 }  // namespace cctune
 
-#endif  // CCTUNE_RECIPES_CHECKPOINTER_COMPONENTS_H_
+#endif  // CCTUNE_CHECKPOINT_CHECKPOINTER_COMPONENTS_H_

@@ -5,8 +5,8 @@
 //   259 <|start_header_id|>       260 <|end_header_id|>       261 <|eot_id|>
 //   262 <|eom_id|>                263 <|python_tag|>
 // vocab_size() is 264. Any byte string encodes losslessly; no file is needed.
-#ifndef CCTUNE_DATA_BYTE_TOKENIZER_H_
-#define CCTUNE_DATA_BYTE_TOKENIZER_H_
+#ifndef CCTUNE_TOKENIZERS_BYTE_TOKENIZER_H_
+#define CCTUNE_TOKENIZERS_BYTE_TOKENIZER_H_
 
 #include <array>
 #include <cstdint>
@@ -64,4 +64,4 @@ class ByteTokenizer final : public Tokenizer {
 
 }  // namespace cctune
 
-#endif  // CCTUNE_DATA_BYTE_TOKENIZER_H_
+#endif  // CCTUNE_TOKENIZERS_BYTE_TOKENIZER_H_

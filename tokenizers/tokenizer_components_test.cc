@@ -1,4 +1,4 @@
-#include "recipes/tokenizer_components.h"
+#include "tokenizers/tokenizer_components.h"
 
 #include "config/config.h"
 #include "gmock/gmock.h"
@@ -98,6 +98,15 @@ TEST(Llama2TokenizerComponentTest, SentencePiece) {
   EXPECT_EQ(t->tokenizer->vocab_size(), 32000);
   std::vector<int32_t> ids = t->tokenizer->Encode("Hello world", true, false);
   EXPECT_EQ(ValueOrDie(t->DecodeForPrint(ids)), "Hello world");
+}
+
+TEST(TokenizerComponentsTest, ByteTokenizerNeedsNoFile) {
+  absl::StatusOr<TokenizerComponent> t =
+      Make("tokenizer:\n  _component_: cctune.data.byte_tokenizer\n  max_seq_len: 7\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->tokenizer->vocab_size(), 264);
+  EXPECT_EQ(t->max_seq_len, 7);
+  EXPECT_EQ(t->tokenizer->Decode(t->tokenizer->Encode("a+b", false, false)).value(), "a+b");
 }
 
 }  // namespace
