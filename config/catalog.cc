@@ -1,11 +1,13 @@
 #include "config/catalog.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace cctune {
 namespace {
@@ -13,6 +15,29 @@ namespace {
 constexpr absl::string_view kTorchtunePrefix = "torchtune.";
 constexpr absl::string_view kCctunePrefix = "cctune.";
 constexpr size_t kMaxListed = 30;  // names listed in an "unknown component" error
+
+// A default value on one line: scalars as YAML writes them, lists and maps in flow style.
+std::string FlowValue(const ConfigNode& node) {
+  if (node.IsList()) {
+    std::vector<std::string> items;
+    for (const ConfigNode& item : node.items()) items.push_back(FlowValue(item));
+    return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+  }
+  if (node.IsMap()) {
+    std::vector<std::string> entries;
+    for (const auto& [key, value] : node.entries()) {
+      entries.push_back(absl::StrCat(key, ": ", FlowValue(value)));
+    }
+    return absl::StrCat("{", absl::StrJoin(entries, ", "), "}");
+  }
+  return std::string(absl::StripSuffix(node.ToYaml(), "\n"));
+}
+
+std::string Pad(absl::string_view s, size_t width) {
+  std::string out(s);
+  if (out.size() < width) out.append(width - out.size(), ' ');
+  return out;
+}
 
 }  // namespace
 
@@ -107,6 +132,22 @@ std::optional<ComponentInfo> ComponentCatalog::FindLocked(absl::string_view name
   return std::nullopt;
 }
 
+std::vector<std::string> ComponentCatalog::Kinds() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::set<std::string> kinds;
+  for (const auto& e : entries_) kinds.insert(e.second.kind);
+  return std::vector<std::string>(kinds.begin(), kinds.end());
+}
+
+std::vector<std::string> ComponentCatalog::AliasesOf(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& a : aliases_) {
+    if (a.second == name) out.push_back(a.first);  // aliases_ is sorted
+  }
+  return out;
+}
+
 std::optional<ComponentInfo> ComponentCatalog::Find(absl::string_view name) const {
   absl::ReaderMutexLock lock(&mu_);
   return FindLocked(name);
@@ -149,6 +190,59 @@ std::vector<std::string> ComponentCatalog::Names(absl::string_view kind) const {
     if (kind.empty() || e.second.kind == kind) names.push_back(e.first);
   }
   return names;  // std::map keeps them sorted
+}
+
+absl::StatusOr<std::string> DescribeComponents(const ComponentCatalog& catalog,
+                                               absl::string_view kind) {
+  const std::vector<std::string> kinds = catalog.Kinds();
+  if (!kind.empty() && std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+    return absl::NotFoundError(absl::StrCat("no components of kind '", kind,
+                                            "' are registered; kinds: ",
+                                            absl::StrJoin(kinds, ", ")));
+  }
+  std::string out;
+  for (const std::string& k : kinds) {
+    if (!kind.empty() && k != kind) continue;
+    for (const std::string& name : catalog.Names(k)) {
+      const std::optional<ComponentInfo> info = catalog.Find(name);
+      if (!info.has_value()) continue;
+      const Schema& schema = *info->schema;
+      absl::StrAppend(&out, k, "  ", name, "\n");
+      std::vector<std::string> spellings;
+      if (absl::StartsWith(name, kCctunePrefix)) {
+        spellings.push_back(absl::StrCat(kTorchtunePrefix, name.substr(kCctunePrefix.size())));
+      }
+      for (std::string& a : catalog.AliasesOf(name)) spellings.push_back(std::move(a));
+      absl::StrAppend(&out, "    also: ", absl::StrJoin(spellings, ", "), "\n");
+      if (!schema.doc().empty()) absl::StrAppend(&out, "    ", schema.doc(), "\n");
+      if (schema.keys().empty()) {
+        absl::StrAppend(&out, "    (no keys)\n\n");
+        continue;
+      }
+      struct Row {
+        std::string key, type, def, required, doc;
+      };
+      std::vector<Row> rows = {{"KEY", "TYPE", "DEFAULT", "REQUIRED", "DOC"}};
+      for (const KeySpec& spec : schema.keys()) {
+        rows.push_back({spec.name, spec.type.Name(),
+                        spec.default_value.has_value() ? FlowValue(*spec.default_value) : "-",
+                        spec.required ? "yes" : "no", spec.doc});
+      }
+      size_t w_key = 0, w_type = 0, w_def = 0;
+      for (const Row& r : rows) {
+        w_key = std::max(w_key, r.key.size());
+        w_type = std::max(w_type, r.type.size());
+        w_def = std::max(w_def, r.def.size());
+      }
+      for (const Row& r : rows) {
+        absl::StrAppend(&out, "    ", Pad(r.key, w_key + 2), Pad(r.type, w_type + 2),
+                        Pad(r.def, w_def + 2), Pad(r.required, 10), r.doc, "\n");
+      }
+      if (schema.allow_unknown_keys()) absl::StrAppend(&out, "    (other keys are accepted)\n");
+      absl::StrAppend(&out, "\n");
+    }
+  }
+  return out;
 }
 
 }  // namespace cctune

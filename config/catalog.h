@@ -54,6 +54,11 @@ class ComponentCatalog {
 
   // Registered names (not aliases), sorted; only those of `kind` when it is not empty.
   std::vector<std::string> Names(absl::string_view kind = "") const;
+  // The kinds that have at least one registered name, sorted.
+  std::vector<std::string> Kinds() const;
+  // The explicit aliases (AddAlias) of the registered `name`, sorted; the automatic
+  // torchtune spelling is not among them.
+  std::vector<std::string> AliasesOf(absl::string_view name) const;
 
  private:
   std::optional<ComponentInfo> FindLocked(absl::string_view name) const
@@ -63,6 +68,13 @@ class ComponentCatalog {
   std::map<std::string, ComponentInfo, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> aliases_ ABSL_GUARDED_BY(mu_);
 };
+
+// A readable listing of the registered components (`cctune ls --components`): for each kind
+// (only `kind` when not empty) and name, its spellings, its doc and one line per key with its
+// type, default (or "-"), whether it is required, and its doc. NotFound naming the registered
+// kinds when `kind` has no components.
+absl::StatusOr<std::string> DescribeComponents(const ComponentCatalog& catalog,
+                                               absl::string_view kind = "");
 
 // "torchtune.models.x" -> "cctune.models.x"; other names unchanged.
 std::string TorchtuneToCctune(absl::string_view name);

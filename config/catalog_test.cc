@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
@@ -131,6 +132,44 @@ TEST(CatalogTest, ConcurrentRegistrationAndLookup) {
 
 TEST(CatalogTest, GlobalIsOneInstance) {
   EXPECT_EQ(&ComponentCatalog::Global(), &ComponentCatalog::Global());
+}
+
+TEST(CatalogTest, DescribeComponentsListsKindsNamesSpellingsAndKeys) {
+  ComponentCatalog catalog;
+  ASSERT_TRUE(catalog
+                  .Add("cctune.optim.AdamW", "optimizer",
+                       Schema("", "AdamW")
+                           .Required("lr", KeyType::Float(), "learning rate")
+                           .Default("betas", KeyType::List(KeyType::Float()),
+                                    ConfigNode::List({ConfigNode::Float(0.9),
+                                                      ConfigNode::Float(0.999)}),
+                                    "[beta1, beta2]"))
+                  .ok());
+  ASSERT_TRUE(catalog.AddAlias("torch.optim.AdamW", "cctune.optim.AdamW").ok());
+  ASSERT_TRUE(catalog.Add("cctune.loggers.Stdout", "metric_logger", Schema("", "stdout")).ok());
+  EXPECT_THAT(catalog.Kinds(), ElementsAre("metric_logger", "optimizer"));
+  EXPECT_THAT(catalog.AliasesOf("cctune.optim.AdamW"), ElementsAre("torch.optim.AdamW"));
+
+  absl::StatusOr<std::string> all = DescribeComponents(catalog);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_THAT(*all, HasSubstr("optimizer  cctune.optim.AdamW\n"));
+  EXPECT_THAT(*all, HasSubstr("also: torchtune.optim.AdamW, torch.optim.AdamW\n"));
+  EXPECT_THAT(*all, HasSubstr("KEY    TYPE           DEFAULT       REQUIRED  DOC\n"));
+  EXPECT_THAT(*all, HasSubstr("lr     float          -             yes       learning rate\n"));
+  EXPECT_THAT(*all, HasSubstr("betas  list of float  [0.9, 0.999]  no        [beta1, beta2]\n"));
+  EXPECT_THAT(*all, HasSubstr("metric_logger  cctune.loggers.Stdout\n"));
+  EXPECT_THAT(*all, HasSubstr("(no keys)"));
+  EXPECT_LT(all->find("metric_logger"), all->find("optimizer"));  // kinds in order
+
+  absl::StatusOr<std::string> optimizers = DescribeComponents(catalog, "optimizer");
+  ASSERT_TRUE(optimizers.ok()) << optimizers.status();
+  EXPECT_THAT(*optimizers, HasSubstr("cctune.optim.AdamW"));
+  EXPECT_THAT(*optimizers, Not(HasSubstr("Stdout")));
+
+  absl::StatusOr<std::string> none = DescribeComponents(catalog, "tokenizer");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Msg(none.status()), HasSubstr("'tokenizer'"));
+  EXPECT_THAT(Msg(none.status()), HasSubstr("kinds: metric_logger, optimizer"));
 }
 
 }  // namespace

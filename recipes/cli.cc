@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "config/catalog.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
@@ -24,7 +25,8 @@ constexpr char kUsage[] =
     "Welcome to the cctune CLI!\n"
     "\n"
     "commands:\n"
-    "  ls          List all built-in recipes and configs\n"
+    "  ls          List all built-in recipes and configs (--components: every component\n"
+    "              and its keys)\n"
     "  cp          Copy a built-in config to a local path\n"
     "  validate    Validate a config and ensure that it is well-formed\n"
     "  run         Run a recipe: cctune run <recipe> --config <name|path> [key=value ...]\n";
@@ -48,7 +50,53 @@ const RecipeInfo* RecipeOfConfig(absl::string_view config) {
   return nullptr;
 }
 
-int Ls() {
+constexpr char kLsUsage[] =
+    "usage: cctune ls [--components [--kind <kind>]]\n\n"
+    "Lists the recipes and their built-in configs; with --components, every registered\n"
+    "`_component_` name of every kind (or only <kind>: model, tokenizer, checkpointer,\n"
+    "dataset, optimizer, lr_scheduler, loss, metric_logger) with its keys: name, type,\n"
+    "default, whether it is required, and what it does.\n";
+
+int LsComponents(const std::string& kind) {
+  for (const RecipeInfo& r : Recipes()) {
+    const absl::Status status = r.register_components();
+    if (!status.ok()) {
+      std::fprintf(stderr, "cctune ls: registering the components of %s: %s\n", r.name.c_str(),
+                   std::string(status.message()).c_str());
+      return 1;
+    }
+  }
+  absl::StatusOr<std::string> listing = DescribeComponents(ComponentCatalog::Global(), kind);
+  if (!listing.ok()) {
+    std::fprintf(stderr, "cctune ls: %s\n", std::string(listing.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s", listing->c_str());
+  return 0;
+}
+
+int Ls(const std::vector<std::string>& args) {
+  bool components = false;
+  std::string kind;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "-h" || args[i] == "--help") {
+      std::printf("%s", kLsUsage);
+      return 0;
+    }
+    if (args[i] == "--components") {
+      components = true;
+    } else if (args[i] == "--kind" && i + 1 < args.size()) {
+      kind = args[++i];
+    } else {
+      std::fprintf(stderr, "cctune ls: unexpected argument '%s'\n%s", args[i].c_str(), kLsUsage);
+      return 2;
+    }
+  }
+  if (!kind.empty() && !components) {
+    std::fprintf(stderr, "cctune ls: --kind needs --components\n%s", kLsUsage);
+    return 2;
+  }
+  if (components) return LsComponents(kind);
   std::printf("%-40s %s\n", "RECIPE", "CONFIG");
   for (const RecipeInfo& r : Recipes()) {
     for (size_t i = 0; i < r.configs.size(); ++i) {
@@ -205,17 +253,20 @@ const std::vector<RecipeInfo>& Recipes() {
                  {"llama2/7B_generation", "llama3_1/8B_generation", "llama3_2/1B_generation",
                   "llama2c/generation", "demo/generation"},
                  GenerateMain,
-                 ValidateGenerateConfig},
+                 ValidateGenerateConfig,
+                 RegisterGenerateComponents},
       RecipeInfo{"full_finetune_single_device",
                  {"demo/full_finetune", "llama3_1/8B_full_single_device",
                   "llama3_2/1B_full_single_device"},
                  FullFinetuneMain,
-                 ValidateFullFinetuneConfig},
+                 ValidateFullFinetuneConfig,
+                 RegisterFullFinetuneComponents},
       RecipeInfo{"lora_finetune_single_device",
                  {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
                   "llama3_2/1B_lora_single_device"},
                  LoRAFinetuneMain,
-                 ValidateLoRAFinetuneConfig},
+                 ValidateLoRAFinetuneConfig,
+                 RegisterLoRAFinetuneComponents},
   };
   return *recipes;
 }
@@ -231,7 +282,7 @@ int CctuneMain(const std::vector<std::string>& args) {
     std::printf("%s", kUsage);
     return 0;
   }
-  if (verb == "ls") return Ls();
+  if (verb == "ls") return Ls(rest);
   if (verb == "cp") return Cp(rest);
   if (verb == "validate") return Validate(rest);
   if (verb == "run") return Run(rest);

@@ -1,5 +1,8 @@
 // The cctune command line, after torchtune's `tune`:
 //   cctune ls                                    recipes and their built-in configs
+//   cctune ls --components [--kind <kind>]       every registered component (model,
+//                                                tokenizer, checkpointer, dataset, optimizer,
+//                                                lr_scheduler, loss, metric_logger) and its keys
 //   cctune cp <config> <dest> [--make-parents]   copy a built-in config to edit it
 //   cctune validate <config> [key=value ...]     check a config, reporting every problem
 //   cctune run <recipe> --config <name|path> [key=value ...]
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "config/config.h"
 #include "config/node.h"
 
@@ -20,6 +24,8 @@ struct RecipeInfo {
   std::vector<std::string> configs;  // built-in config names
   std::function<int(const std::vector<std::string>&)> main;
   std::function<std::vector<ConfigError>(const Config&)> validate;
+  // Registers every component the recipe instantiates (for `cctune ls --components`).
+  std::function<absl::Status()> register_components;
 };
 
 // The recipes cctune knows, by name.
