@@ -144,9 +144,7 @@ absl::Status RunFullFinetuneRecipe(const Config& config) {
   CCTUNE_ASSIGN_OR_RETURN(run.optimizer,
                           OptimizerRegistry().InstantiateKey(root, "optimizer", buffers));
   run.base_lr = run.optimizer->lr();
-  if (const ConfigNode* loss = root.Find("loss"); loss != nullptr && !loss->IsNull()) {
-    CCTUNE_RETURN_IF_ERROR(LossRegistry().Instantiate(*loss).status());
-  }
+  CCTUNE_RETURN_IF_ERROR(ApplyLossComponent(root, run.trainer.get()));
 
   // Data.
   CCTUNE_ASSIGN_OR_RETURN(FinetuneData data, MakeFinetuneData(root, tok, s));

@@ -61,6 +61,26 @@ absl::Status AddChunkLosses(const Tensor& chunk_losses, LossSum* result) {
 
 }  // namespace
 
+int64_t OutputChunkRows(const DecoderTrainerOptions& options, int64_t rows, int64_t vocab_size) {
+  int64_t chunk = options.logits_chunk_rows;
+  if (options.num_output_chunks > 0) {
+    chunk = (rows + options.num_output_chunks - 1) / options.num_output_chunks;
+  } else if (chunk <= 0) {
+    chunk = (int64_t{1} << 24) / std::max<int64_t>(vocab_size, 1);
+  }
+  return std::max<int64_t>(1, std::min(chunk, rows));
+}
+
+absl::Status DecoderTrainer::SetNumOutputChunks(int64_t n) {
+  if (n < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecoderTrainer: num_output_chunks must be >= 0, got ", n));
+  }
+  options_.num_output_chunks = n;
+  if (n > 0) options_.logits_chunk_rows = 0;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> CountValidLabels(const Tensor& labels) {
   if (!IsIndex(labels.dtype())) {
     return absl::InvalidArgumentError(
@@ -89,6 +109,13 @@ absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
     TransformerDecoder* model, const ParameterArena* grads, DecoderTrainerOptions options) {
   if (model == nullptr || grads == nullptr) {
     return absl::InvalidArgumentError("DecoderTrainer: model and grads must not be null");
+  }
+  if (options.num_output_chunks < 0 || options.logits_chunk_rows < 0 ||
+      (options.num_output_chunks > 0 && options.logits_chunk_rows > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DecoderTrainer: num_output_chunks (", options.num_output_chunks,
+        ") and logits_chunk_rows (", options.logits_chunk_rows,
+        ") must be >= 0, and at most one of them set"));
   }
   if (!model->IsMaterialized()) {
     return absl::FailedPreconditionError(
@@ -247,9 +274,7 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
 
   // 2. Fused output projection + cross-entropy (+ its backward), by row chunks.
   const Projection& output = model_->output();
-  int64_t chunk = options_.logits_chunk_rows;
-  if (chunk <= 0) chunk = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(v, 1));
-  chunk = std::min(chunk, n);
+  const int64_t chunk = OutputChunkRows(options_, n, v);
   CCTUNE_RETURN_IF_ERROR(EnsureF32(ws.logits_buf, {chunk, v}, dev));
   Tensor dxnf;
   if (do_backward) {
@@ -261,6 +286,7 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   // after the whole backward is queued (one host sync per call), and summed in chunk order in
   // fp64 as the chunks come.
   const int64_t num_chunks = n > 0 ? (n + chunk - 1) / chunk : 0;
+  last_num_output_chunks_ = num_chunks;
   CCTUNE_RETURN_IF_ERROR(EnsureF32(ws.chunk_losses, {num_chunks}, dev));
   if (!ws.num_valid.defined() || ws.num_valid.device() != dev) {
     CCTUNE_ASSIGN_OR_RETURN(ws.num_valid, Tensor::Empty({}, DType::kI64, dev));

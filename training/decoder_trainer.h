@@ -75,6 +75,11 @@ struct DecoderTrainerOptions {
   // Rows of logits computed at once by the fused output projection + cross-entropy;
   // 0 picks about 16M logits per chunk.
   int64_t logits_chunk_rows = 0;
+  // torchtune's CEWithChunkedOutputLoss(num_output_chunks): cut the b·s rows of each call
+  // into this many chunks, as torch.chunk does (ceil(b·s / n) rows each, the last one
+  // smaller, so fewer chunks when b·s is not a multiple). 0: logits_chunk_rows decides.
+  // Setting both is InvalidArgument.
+  int64_t num_output_chunks = 0;
   // Parameters that the gradient arena lacks are frozen (no gradient computed) instead of an
   // error: the arena may hold any subset of the model's parameters, by name.
   bool frozen_if_missing = false;
@@ -87,6 +92,11 @@ struct LossSum {
   int64_t num_valid = 0;
   double Mean() const { return num_valid > 0 ? loss_sum / num_valid : 0.0; }
 };
+
+// The rows per chunk of the fused output projection + cross-entropy for `rows` rows of a
+// `vocab_size` vocabulary under `options` (see num_output_chunks and logits_chunk_rows);
+// at least 1, at most max(rows, 1).
+int64_t OutputChunkRows(const DecoderTrainerOptions& options, int64_t rows, int64_t vocab_size);
 
 // The number of labels that are not ignore_index (-100). labels: i32/i64, any shape.
 absl::StatusOr<int64_t> CountValidLabels(const Tensor& labels);
@@ -107,6 +117,12 @@ class DecoderTrainer {
   void set_generator(Generator* gen) { generator_ = gen != nullptr ? gen : &own_generator_; }
   Generator& generator() const { return *generator_; }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
+  // Sets options().num_output_chunks (e.g. from the config's loss component), clearing
+  // logits_chunk_rows when n > 0. InvalidArgument for n < 0.
+  absl::Status SetNumOutputChunks(int64_t n);
+  // The chunks the last ForwardBackward / Loss call cut the output projection into (0 before
+  // any call); its logits buffer held OutputChunkRows(...) x v floats.
+  int64_t last_num_output_chunks() const { return last_num_output_chunks_; }
 
   // Forward, loss and backward. tokens: i32/i64 [b, s]; labels: i32/i64 [b, s] (each in
   // [0, v) or -100); mask: optional bool [b, s, s] (true = may attend; without it the
@@ -144,6 +160,7 @@ class DecoderTrainer {
   std::vector<const LoRALinear*> dropout_adapters_;
   Generator own_generator_{0};
   Generator* generator_ = &own_generator_;
+  int64_t last_num_output_chunks_ = 0;
   // The activations and loss buffers of the last call, reused by the next one (fresh
   // allocations of this size cost page faults on every step).
   std::unique_ptr<Workspace> ws_;

@@ -25,6 +25,7 @@
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
+#include "tests/util/float_near.h"
 #include "training/optim.h"
 
 namespace cctune {
@@ -327,6 +328,71 @@ std::vector<float> AllGrads(const ParameterArena& grads) {
     all.insert(all.end(), f.begin(), f.end());
   }
   return all;
+}
+
+// torchtune's num_output_chunks: the output projection + cross-entropy runs in that many row
+// chunks (torch.chunk's split), and the loss and gradients stay those of one chunk.
+TEST(DecoderTrainerOutputChunksTest, NumOutputChunksSetsTheChunkingAndKeepsLossAndGradients) {
+  const Case c = Cases()[1];  // b·s = 12 rows
+  const int64_t n = c.b * c.s;
+  Model m = MakeModel(c.config, 41);
+  Generator gen(42);
+  const Data data = MakeData(c, gen);
+  struct Run {
+    LossSum loss;
+    std::vector<float> grads;
+    int64_t chunks;
+  };
+  auto run = [&](int64_t num_output_chunks) {
+    DecoderTrainerOptions opts;
+    opts.num_output_chunks = num_output_chunks;
+    auto trainer = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, opts));
+    EXPECT_EQ(trainer->last_num_output_chunks(), 0);
+    EXPECT_TRUE(m.grads.Zero().ok());
+    Run r;
+    r.loss = ValueOrDie(trainer->ForwardBackward(data.t_tokens, data.t_labels));
+    r.grads = AllGrads(m.grads);
+    r.chunks = trainer->last_num_output_chunks();
+    return r;
+  };
+  const Run one = run(1);
+  EXPECT_EQ(one.chunks, 1);
+  for (const auto& [k, want_chunks] :
+       std::vector<std::pair<int64_t, int64_t>>{{3, 3}, {5, 4}, {12, 12}, {20, 12}}) {
+    const Run r = run(k);
+    // torch.chunk: ceil(12 / k) rows per chunk, so 5 chunks requested give 4 of 3 rows.
+    EXPECT_EQ(r.chunks, want_chunks) << k;
+    EXPECT_EQ(r.loss.num_valid, one.loss.num_valid);
+    EXPECT_TRUE(::cctune::testing::FloatNear(r.loss.loss_sum, one.loss.loss_sum, 1e-6)) << k;
+    ASSERT_EQ(r.grads.size(), one.grads.size());
+    float max_g = 0;
+    for (float g : one.grads) max_g = std::max(max_g, std::fabs(g));
+    for (size_t i = 0; i < r.grads.size(); ++i) {
+      ASSERT_TRUE(
+          ::cctune::testing::FloatNear(r.grads[i], one.grads[i], 1e-5, 4, 1e-6 * max_g))
+          << k << " grad[" << i << "]";
+    }
+  }
+  // The default (0) follows logits_chunk_rows.
+  DecoderTrainerOptions rows;
+  rows.logits_chunk_rows = 5;
+  auto by_rows = ValueOrDie(DecoderTrainer::Create(m.decoder.get(), &m.grads, rows));
+  ASSERT_TRUE(by_rows->Loss(data.t_tokens, data.t_labels).ok());
+  EXPECT_EQ(by_rows->last_num_output_chunks(), 3);  // 5 + 5 + 2 rows
+  ASSERT_TRUE(by_rows->SetNumOutputChunks(2).ok());  // and the setter overrides it
+  EXPECT_EQ(by_rows->options().logits_chunk_rows, 0);
+  const LossSum two = ValueOrDie(by_rows->Loss(data.t_tokens, data.t_labels));
+  EXPECT_EQ(by_rows->last_num_output_chunks(), 2);
+  EXPECT_TRUE(::cctune::testing::FloatNear(two.loss_sum, one.loss.loss_sum, 1e-6));
+  EXPECT_EQ(by_rows->SetNumOutputChunks(-1).code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(OutputChunkRows(DecoderTrainerOptions{}, n, 13), n);  // 16M logits fit
+  EXPECT_EQ(OutputChunkRows(DecoderTrainerOptions{}, 1 << 20, 1 << 20), 16);
+  DecoderTrainerOptions both;
+  both.num_output_chunks = 2;
+  both.logits_chunk_rows = 4;
+  EXPECT_EQ(DecoderTrainer::Create(m.decoder.get(), &m.grads, both).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 class DecoderTrainerTest : public ::testing::TestWithParam<Case> {};

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/key_limits.h"
 #include "core/status.h"
+#include "kernels/op_types.h"
 
 namespace cctune {
 namespace {
@@ -72,6 +73,13 @@ LossRegistryT& LossRegistry() {
   return *r;
 }
 
+absl::Status ApplyLossComponent(const ConfigNode& root, DecoderTrainer* trainer) {
+  const ConfigNode* node = root.Find("loss");
+  if (node == nullptr || node->IsNull()) return absl::OkStatus();
+  CCTUNE_ASSIGN_OR_RETURN(LossComponent loss, LossRegistry().Instantiate(*node));
+  return trainer->SetNumOutputChunks(loss.num_output_chunks);
+}
+
 absl::Status RegisterTrainingComponents() {
   static const absl::Status status = [] {
     OptimizerRegistryT& opt = OptimizerRegistry();
@@ -120,10 +128,21 @@ absl::Status RegisterTrainingComponents() {
     for (const char* name : {"CEWithChunkedOutputLoss", "CrossEntropyLoss"}) {
       CCTUNE_RETURN_IF_ERROR(LossRegistry().Register(
           absl::StrCat("cctune.modules.loss.", name),
-          Schema("", "cross-entropy over shifted labels, ignore_index -100, computed in chunks")
-              .Default("num_output_chunks", KeyType::Int(), ConfigNode::Int(0),
-                       "accepted; chunking is by rows of logits (0: automatic)"),
+          Schema("", "cross-entropy over shifted labels, fused with the output projection and "
+                     "computed in row chunks (DecoderTrainer)")
+              .Default("num_output_chunks", KeyType::Int().InRange(0, kMaxSeqLenKey),
+                       ConfigNode::Int(0),
+                       "chunks of the b*s rows, split as torch.chunk does (0: about 16M logits "
+                       "per chunk)")
+              .Default("ignore_index", KeyType::Int(), ConfigNode::Int(ops::kIgnoreIndex),
+                       "label ignored by the loss; only -100"),
           [name](const ConfigNode& node) -> absl::StatusOr<LossComponent> {
+            CCTUNE_ASSIGN_OR_RETURN(int64_t ignore_index, node.GetInt("ignore_index"));
+            if (ignore_index != ops::kIgnoreIndex) {
+              return absl::UnimplementedError(absl::StrCat(
+                  "ignore_index ", ignore_index, " is not supported; the datasets and the "
+                  "trainer mask labels with -100"));
+            }
             LossComponent l;
             l.name = name;
             CCTUNE_ASSIGN_OR_RETURN(l.num_output_chunks, node.GetInt("num_output_chunks"));

@@ -4,9 +4,11 @@
 //                 weight_decay, nesterov. Factories get the parameter/gradient buffers.
 //   lr_scheduler  cctune.training.lr_schedulers.get_cosine_schedule_with_warmup
 //                 (num_warmup_steps, num_cycles; the recipe supplies num_training_steps)
-//   loss          cctune.modules.loss.CEWithChunkedOutputLoss (num_output_chunks) and
-//                 cctune.modules.loss.CrossEntropyLoss: the fused chunked cross-entropy of
-//                 DecoderTrainer, ignore_index -100
+//   loss          cctune.modules.loss.CEWithChunkedOutputLoss and
+//                 cctune.modules.loss.CrossEntropyLoss (torch.nn.CrossEntropyLoss): the fused
+//                 chunked output projection + cross-entropy of DecoderTrainer;
+//                 num_output_chunks sets its chunking (ApplyLossComponent), ignore_index
+//                 must be -100
 //   tokenizer     cctune.data.byte_tokenizer (tokenizers/byte_tokenizer.h; max_seq_len)
 //   dataset       cctune.data.synthetic_arithmetic: "a+b=c" samples generated from a seed
 //                 (see SyntheticArithmeticText), prompt "a+b=" masked out of the loss.
@@ -22,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/registry.h"
+#include "training/decoder_trainer.h"
 #include "training/lr_scheduler.h"
 #include "training/optim.h"
 
@@ -44,6 +47,10 @@ struct LossComponent {
 using LossRegistryT = Registry<LossComponent>;
 // Component kind "loss".
 LossRegistryT& LossRegistry();
+
+// Instantiates root's `loss` (absent or null: the trainer's defaults stay) and applies it:
+// num_output_chunks -> trainer->SetNumOutputChunks. Errors name the key and value.
+absl::Status ApplyLossComponent(const ConfigNode& root, DecoderTrainer* trainer);
 
 // Registers the components above (idempotent, thread-safe).
 absl::Status RegisterTrainingComponents();
