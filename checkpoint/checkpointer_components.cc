@@ -103,22 +103,49 @@ Schema CommonSchema(std::string doc) {
                 "file names inside checkpoint_dir (a list, or {filename_format, max_filename})")
       .Check("checkpoint_files", FilesShape)
       .Optional("output_dir", KeyType::String().OrNull(), "where a training recipe saves")
-      .Optional("adapter_checkpoint", KeyType::String().OrNull(), "unsupported; must be null")
-      .Optional("recipe_checkpoint", KeyType::String().OrNull(), "unsupported; must be null")
+      .Optional("adapter_checkpoint", KeyType::String().OrNull(),
+                "unsupported; must be null (a LoRA run resumes with the recipe's "
+                "resume_from_checkpoint)")
+      .Optional("recipe_checkpoint", KeyType::String().OrNull(),
+                "unsupported; must be null (the recipe's resume_from_checkpoint reads LATEST)")
       .Default("resume_from_checkpoint", KeyType::Bool(), ConfigNode::Bool(false),
-               "unsupported; must be false")
+               "unsupported; must be false (use the recipe's resume_from_checkpoint)")
       .Default("safe_serialization", KeyType::Bool(), ConfigNode::Bool(true),
-               "save as safetensors (always)")
-      .Optional("should_load_recipe_state", KeyType::Bool(), "ignored by generation");
+               "must be true: checkpoints are always safetensors")
+      .Optional("should_load_recipe_state", KeyType::Bool(),
+                "unsupported; must be false (use the recipe's resume_from_checkpoint)");
 }
 
-absl::Status RejectResume(const ConfigNode& node) {
+// The keys whose torchtune behaviour is not implemented: Unimplemented naming the key and
+// value when a config asks for it.
+absl::Status RejectUnsupported(const ConfigNode& node) {
   CCTUNE_ASSIGN_OR_RETURN(bool resume, node.GetBool("resume_from_checkpoint"));
-  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> adapter,
-                          node.GetOptionalString("adapter_checkpoint"));
-  if (resume || adapter.has_value()) {
+  if (resume) {
     return absl::UnimplementedError(
-        "resume_from_checkpoint and adapter_checkpoint are not supported yet");
+        "checkpointer.resume_from_checkpoint: true is not supported; set the recipe's "
+        "top-level resume_from_checkpoint: true");
+  }
+  for (const char* key : {"adapter_checkpoint", "recipe_checkpoint"}) {
+    CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> path, node.GetOptionalString(key));
+    if (path.has_value()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "checkpointer.", key, ": '", *path,
+          "' is not supported (must be null); the recipe's resume_from_checkpoint restores "
+          "from <output_dir>/LATEST"));
+    }
+  }
+  CCTUNE_ASSIGN_OR_RETURN(bool safetensors, node.GetBool("safe_serialization"));
+  if (!safetensors) {
+    return absl::UnimplementedError(
+        "checkpointer.safe_serialization: false is not supported; checkpoints are always "
+        "written as safetensors");
+  }
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<bool> load_state,
+                          node.GetOptionalBool("should_load_recipe_state"));
+  if (load_state.value_or(false)) {
+    return absl::UnimplementedError(
+        "checkpointer.should_load_recipe_state: true is not supported; set the recipe's "
+        "top-level resume_from_checkpoint: true");
   }
   return absl::OkStatus();
 }
@@ -270,7 +297,7 @@ absl::Status RegisterCheckpointers() {
         CommonSchema("a Hugging Face checkpoint: config.json + safetensors (sharded or not)")
             .Required("model_type", KeyType::Enum(types), "torchtune ModelType"),
         [](const ConfigNode& node) -> absl::StatusOr<std::unique_ptr<Checkpointer>> {
-          CCTUNE_RETURN_IF_ERROR(RejectResume(node));
+          CCTUNE_RETURN_IF_ERROR(RejectUnsupported(node));
           CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExistingFiles(node));
           for (const std::string& f : files) {
             if (!absl::EndsWith(f, ".safetensors")) {
@@ -290,9 +317,10 @@ absl::Status RegisterCheckpointers() {
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.training.Llama2cCheckpointer",
         CommonSchema("a llama2.c checkpoint: one .bin file (7-int header, then f32 weights)")
-            .Optional("model_type", KeyType::String(), "informational (e.g. LLAMA2C)"),
+            .Optional("model_type", KeyType::Enum({"LLAMA2C"}),
+                      "LLAMA2C when given (the .bin header fixes the architecture)"),
         [](const ConfigNode& node) -> absl::StatusOr<std::unique_ptr<Checkpointer>> {
-          CCTUNE_RETURN_IF_ERROR(RejectResume(node));
+          CCTUNE_RETURN_IF_ERROR(RejectUnsupported(node));
           CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExistingFiles(node));
           if (files.size() != 1) {
             return absl::InvalidArgumentError(absl::StrCat(

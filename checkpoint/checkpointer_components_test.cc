@@ -54,6 +54,30 @@ TEST(HfCheckpointerTest, ShardedWithFilenameFormatAndOldSpelling) {
   EXPECT_EQ(ck->files.size(), 3u);
 }
 
+// The torchtune keys whose behaviour is not implemented are errors naming the key and value
+// when a config asks for it, never silently dropped; their defaults load.
+TEST(HfCheckpointerTest, UnsupportedKeysAreRejected) {
+  const std::string base =
+      "checkpointer:\n  _component_: cctune.training.FullModelHFCheckpointer\n"
+      "  checkpoint_dir: " +
+      Assets() + "/tiny_llama\n  checkpoint_files: [model.safetensors]\n  model_type: LLAMA2\n";
+  ASSERT_TRUE(Load(base + "  recipe_checkpoint: null\n  safe_serialization: true\n"
+                          "  should_load_recipe_state: false\n  resume_from_checkpoint: false\n")
+                  .ok());
+  const std::pair<std::string, std::string> cases[] = {
+      {"  recipe_checkpoint: recipe_state.pt\n", "checkpointer.recipe_checkpoint: 'recipe_state.pt'"},
+      {"  adapter_checkpoint: adapter.pt\n", "checkpointer.adapter_checkpoint: 'adapter.pt'"},
+      {"  safe_serialization: false\n", "checkpointer.safe_serialization: false"},
+      {"  should_load_recipe_state: true\n", "checkpointer.should_load_recipe_state: true"},
+      {"  resume_from_checkpoint: true\n", "checkpointer.resume_from_checkpoint: true"},
+  };
+  for (const auto& [line, message] : cases) {
+    absl::StatusOr<LoadedCheckpoint> ck = Load(base + line);
+    EXPECT_EQ(ck.status().code(), absl::StatusCode::kUnimplemented) << line;
+    EXPECT_THAT(std::string(ck.status().message()), HasSubstr(message)) << line;
+  }
+}
+
 TEST(HfCheckpointerTest, Errors) {
   const std::string head =
       "checkpointer:\n  _component_: cctune.training.FullModelHFCheckpointer\n";
@@ -101,6 +125,19 @@ TEST(Llama2cCheckpointerTest, HeaderGivesModelArguments) {
       dir + "\n  checkpoint_files: [model.bin, tok.bin]\n");
   ASSERT_FALSE(two.ok());
   EXPECT_THAT(std::string(two.status().message()), HasSubstr("one .bin file"));
+}
+
+// model_type, when given, must say what a llama2.c .bin is.
+TEST(Llama2cCheckpointerTest, ModelTypeIsChecked) {
+  const std::string dir = testing::TestTempDir("llama2c_ck_type");
+  ASSERT_TRUE(testing::WriteLlama2cFixture(dir).ok());
+  const std::string head = "checkpointer:\n  _component_: cctune.training.Llama2cCheckpointer\n"
+                           "  checkpoint_dir: " + dir + "\n  checkpoint_files: [model.bin]\n";
+  EXPECT_TRUE(Load(head + "  model_type: LLAMA2C\n").ok());
+  absl::StatusOr<LoadedCheckpoint> wrong = Load(head + "  model_type: LLAMA3\n");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("model_type"));
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("LLAMA3"));
 }
 
 TEST(CheckCheckpointFilesExistTest, ReportsEachMissingFileAtItsLine) {

@@ -132,8 +132,8 @@ Result MakeSyntheticArithmetic(const ConfigNode& node, const DatasetContext& ctx
     }
     samples.push_back(std::move(s));
   }
-  return std::shared_ptr<const Dataset>(std::make_shared<Dataset>(
-      std::move(samples), false, absl::StrCat("synthetic_arithmetic(seed=", seed, ")")));
+  Dataset ds(std::move(samples), false, absl::StrCat("synthetic_arithmetic(seed=", seed, ")"));
+  return Finish(std::move(ds), node, ctx);
 }
 
 Result MakeInstruct(const ConfigNode& node, const DatasetContext& ctx, InstructTemplate t) {
@@ -244,8 +244,12 @@ absl::Status RegisterDatasets() {
                      "digits per operand")
             .Default("train_on_input", KeyType::Bool(), ConfigNode::Bool(false),
                      "also train on the prompt \"a+b=\"")
-            .Default("packed", KeyType::Bool(), ConfigNode::Bool(false), "must be false")
-            .Default("split", KeyType::String(), ConfigNode::String("train"), "ignored"),
+            .Default("split", KeyType::String(), ConfigNode::String("train"),
+                     "train, or a slice of it: train[:90%], train[90%:], train[10:20]")
+            .Default("packed", KeyType::Bool(), ConfigNode::Bool(false),
+                     "pack samples to the tokenizer's max_seq_len")
+            .Default("split_across_pack", KeyType::Bool(), ConfigNode::Bool(false),
+                     "when packing, cut a sample at a pack's end instead of moving it"),
         MakeSyntheticArithmetic));
     return absl::OkStatus();
   }();

@@ -145,5 +145,33 @@ TEST(SyntheticArithmeticTest, DatasetMasksThePrompt) {
   }
 }
 
+// split and packed take effect on the synthetic set too.
+TEST(SyntheticArithmeticTest, SplitAndPacking) {
+  const std::string head = "  _component_: cctune.data.synthetic_arithmetic\n  num_samples: 10\n";
+  auto all = Make(head);
+  ASSERT_TRUE(all.ok()) << all.status();
+  auto second_half = Make(head + "  split: train[50%:]\n");
+  ASSERT_TRUE(second_half.ok()) << second_half.status();
+  ASSERT_EQ((*second_half)->size(), 5);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ((**second_half)[i].tokens, (**all)[5 + i].tokens);
+  EXPECT_FALSE(Make(head + "  split: test\n").ok());
+
+  auto packed = Make(head + "  packed: true\n", /*max_seq_len=*/32);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_TRUE((*packed)->packed());
+  EXPECT_LT((*packed)->size(), 10);
+  size_t tokens = 0;
+  for (int64_t i = 0; i < (*all)->size(); ++i) tokens += (**all)[i].tokens.size();
+  size_t packed_tokens = 0;
+  for (int64_t i = 0; i < (*packed)->size(); ++i) {
+    EXPECT_EQ((**packed)[i].tokens.size(), 32u);
+    packed_tokens += (**packed)[i].tokens.size();
+  }
+  EXPECT_GE(packed_tokens, tokens);  // every sample is in a pack, the rest is padding
+  auto no_len = Make(head + "  packed: true\n");
+  EXPECT_FALSE(no_len.ok());
+  EXPECT_THAT(std::string(no_len.status().message()), HasSubstr("max_seq_len"));
+}
+
 }  // namespace
 }  // namespace cctune

@@ -29,6 +29,12 @@ ConfigNode FloatList(std::vector<double> values) {
 
 absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdamW(const ConfigNode& node,
                                                      const std::vector<ParamBuffer>& buffers) {
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<bool> fused, node.GetOptionalBool("fused"));
+  if (!fused.value_or(true)) {
+    return absl::UnimplementedError(
+        "optimizer.fused: false is not supported; AdamW here is always one fused pass over "
+        "the parameter arena (use true or null)");
+  }
   AdamWOptions o;
   CCTUNE_ASSIGN_OR_RETURN(o.lr, node.GetFloat("lr"));
   CCTUNE_ASSIGN_OR_RETURN(std::vector<double> betas, node.GetList<double>("betas"));
@@ -94,7 +100,7 @@ absl::Status RegisterTrainingComponents() {
             .Default("weight_decay", KeyType::Float(), ConfigNode::Float(0.01),
                      "decoupled weight decay")
             .Default("fused", KeyType::Bool().OrNull(), ConfigNode::Null(),
-                     "accepted for torchtune configs; always fused here"),
+                     "null or true: the update is always one fused pass over the arena"),
         MakeAdamW));
     CCTUNE_RETURN_IF_ERROR(opt.Register(
         "cctune.optim.SGD",

@@ -71,5 +71,24 @@ TEST(TrainingComponentsTest, LossNumOutputChunksSetsTheTrainersChunking) {
   EXPECT_THAT(std::string(index.status().message()), ::testing::HasSubstr("ignore_index 0"));
 }
 
+// AdamW is always fused: fused: false is refused, true and null build.
+TEST(TrainingComponentsTest, AdamWFusedFalseIsUnimplemented) {
+  ASSERT_TRUE(RegisterTrainingComponents().ok());
+  Tensor p = ValueOrDie(Tensor::FromVector(std::vector<float>{1, 2, 3}, {3}));
+  Tensor g = ValueOrDie(Tensor::FromVector(std::vector<float>{0.5, -1, 2}, {3}));
+  const std::vector<ParamBuffer> buffers = {{"params", p, g}};
+  auto build = [&](const std::string& fused) {
+    Config config = ValueOrDie(Config::FromString(
+        "optimizer:\n  _component_: torch.optim.AdamW\n  lr: 0.1\n" + fused, "opt.yaml"));
+    return OptimizerRegistry().InstantiateKey(config.root(), "optimizer", buffers);
+  };
+  EXPECT_TRUE(build("").ok());
+  EXPECT_TRUE(build("  fused: true\n").ok());
+  auto unfused = build("  fused: false\n");
+  EXPECT_EQ(unfused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(unfused.status().message()),
+              ::testing::HasSubstr("optimizer.fused: false"));
+}
+
 }  // namespace
 }  // namespace cctune
