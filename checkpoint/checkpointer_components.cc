@@ -102,7 +102,8 @@ Schema CommonSchema(std::string doc) {
       .Required("checkpoint_files", KeyType::Any(),
                 "file names inside checkpoint_dir (a list, or {filename_format, max_filename})")
       .Check("checkpoint_files", FilesShape)
-      .Optional("output_dir", KeyType::String().OrNull(), "where a training recipe saves")
+      .Optional("output_dir", KeyType::String().OrNull(),
+                "null or the recipe's output_dir (where the recipes save; ${output_dir})")
       .Optional("adapter_checkpoint", KeyType::String().OrNull(),
                 "unsupported; must be null (a LoRA run resumes with the recipe's "
                 "resume_from_checkpoint)")
@@ -249,6 +250,27 @@ void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<Confi
     const ConfigNode& where = files->IsList() ? files->items()[i] : *files;
     errors->push_back(where.MakeError(absl::StrCat("checkpoint file '", path, "' does not exist")));
   }
+}
+
+void CheckCheckpointerOutputDir(const ConfigNode& root, std::vector<ConfigError>* errors) {
+  const ConfigNode* ck = root.Find("checkpointer");
+  const ConfigNode* top = root.Find("output_dir");
+  if (ck == nullptr || !ck->IsMap() || top == nullptr) return;
+  const ConfigNode* dir = ck->Find("output_dir");
+  if (dir == nullptr || dir->kind() != ConfigNode::Kind::kString ||
+      top->kind() != ConfigNode::Kind::kString) {
+    return;  // null, absent, or a type error the schema reports
+  }
+  auto normal = [](const std::string& p) {
+    std::string s = fs::path(p).lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return s;
+  };
+  if (normal(dir->string_value()) == normal(top->string_value())) return;
+  errors->push_back(dir->MakeError(absl::StrCat(
+      "checkpointer.output_dir '", dir->string_value(), "' differs from output_dir '",
+      top->string_value(), "', where the recipe saves its checkpoints; set it to "
+      "${output_dir} or remove it")));
 }
 
 absl::Status CheckModelMatchesCheckpoint(const TransformerDecoder& model,

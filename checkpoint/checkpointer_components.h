@@ -62,6 +62,11 @@ CheckpointerRegistryT& CheckpointerRegistry();
 // missing checkpoint is reported before anything is loaded.
 void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<ConfigError>* errors);
 
+// torchtune's checkpointer.output_dir is where the checkpointer saves; cctune's recipes save
+// to their top-level output_dir. Appends an error naming both when `root` sets both and they
+// differ (trailing '/' and "./" aside), so that a checkpointer output_dir never goes unused.
+void CheckCheckpointerOutputDir(const ConfigNode& root, std::vector<ConfigError>* errors);
+
 // Registers the checkpointers above (idempotent, thread-safe).
 absl::Status RegisterCheckpointers();
 

@@ -155,5 +155,26 @@ TEST(CheckCheckpointFilesExistTest, ReportsEachMissingFileAtItsLine) {
   EXPECT_THAT(errors[1].ToString(), HasSubstr("ck.yaml:6"));
 }
 
+TEST(CheckCheckpointerOutputDirTest, MustBeTheRecipesOutputDir) {
+  auto problems = [](const std::string& yaml) {
+    Config cfg = ValueOrDie(Config::FromString(yaml, "ck.yaml"));
+    std::vector<ConfigError> errors;
+    CheckCheckpointerOutputDir(cfg.root(), &errors);
+    return errors;
+  };
+  EXPECT_TRUE(problems("output_dir: /tmp/run\ncheckpointer:\n  output_dir: /tmp/run/\n").empty());
+  EXPECT_TRUE(problems("output_dir: /tmp/run\ncheckpointer:\n  output_dir: /tmp/./run\n").empty());
+  EXPECT_TRUE(problems("output_dir: /tmp/run\ncheckpointer:\n  output_dir: null\n").empty());
+  EXPECT_TRUE(problems("output_dir: /tmp/run\ncheckpointer:\n  checkpoint_dir: /x\n").empty());
+  EXPECT_TRUE(problems("checkpointer:\n  output_dir: /tmp/other\n").empty());  // generation
+  EXPECT_TRUE(problems("output_dir: /tmp/run\ncheckpointer: null\n").empty());
+  const std::vector<ConfigError> errors =
+      problems("output_dir: /tmp/run\ncheckpointer:\n  output_dir: /tmp/other\n");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_THAT(errors[0].ToString(), HasSubstr("ck.yaml:3"));
+  EXPECT_THAT(errors[0].ToString(),
+              HasSubstr("checkpointer.output_dir '/tmp/other' differs from output_dir '/tmp/run'"));
+}
+
 }  // namespace
 }  // namespace cctune

@@ -91,6 +91,7 @@ std::vector<ConfigError> ValidateFullFinetuneConfig(const Config& config) {
   if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
     CheckCheckpointFilesExist(*ck, &errors);
   }
+  CheckCheckpointerOutputDir(resolved.root(), &errors);
   for (const char* key : {"dataset", "validation_dataset"}) {
     for (ConfigError& e : MissingDatasetFiles(resolved.root(), key)) errors.push_back(e);
   }

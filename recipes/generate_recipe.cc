@@ -126,6 +126,7 @@ std::vector<ConfigError> ValidateGenerateConfig(const Config& config) {
   if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
     CheckCheckpointFilesExist(*ck, &errors);
   }
+  CheckCheckpointerOutputDir(resolved.root(), &errors);
   return errors;
 }
 
