@@ -21,7 +21,12 @@
 //   }
 //
 // and a recipe calls the Register functions it needs at the top of main(). Nothing depends
-// on static initialisation order and no library needs alwayslink = 1. Registries themselves
+// on static initialisation order and no library needs alwayslink = 1. Each kind registers from
+// the folder that implements it: tokenizers/tokenizer_components.h (tokenizer),
+// checkpoint/checkpointer_components.h (checkpointer), data/dataset_components.h (dataset),
+// training/training_components.h (optimizer, lr_scheduler, loss),
+// training/metric_logger_components.h (metric_logger), and the models' registration (model).
+// `cctune ls --components` lists them all from the catalog (DescribeComponents). Registries themselves
 // are function-local statics:
 //
 //   using ModelRegistryT = Registry<std::unique_ptr<Model>>;
