@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -49,19 +50,30 @@ absl::StatusOr<int64_t> SplitBound(absl::string_view text, int64_t n, int64_t if
 
 }  // namespace
 
-absl::StatusOr<Dataset> SelectSplit(const Dataset& dataset, const std::string& split) {
-  absl::string_view s = split;
-  if (!absl::ConsumePrefix(&s, "train")) {
+absl::StatusOr<std::string> SplitName(const std::string& split) {
+  const std::string name = split.substr(0, split.find('['));
+  if (name.find('+') != std::string::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("split '", split,
-                     "': local files have one split, 'train' (optionally sliced, e.g. "
-                     "train[:90%])"));
+        absl::StrCat("split '", split, "': combining splits with '+' is not supported"));
   }
+  bool ok = !name.empty();
+  for (char c : name) ok = ok && (absl::ascii_isalnum(c) || c == '_' || c == '-' || c == '.');
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "split '", split, "': expected a split name, optionally sliced: train, train[:90%]"));
+  }
+  return name;
+}
+
+absl::StatusOr<Dataset> SliceSplit(const Dataset& dataset, const std::string& split) {
+  CCTUNE_ASSIGN_OR_RETURN(const std::string name, SplitName(split));
+  absl::string_view s = split;
+  s.remove_prefix(name.size());
   if (s.empty()) return dataset;
   if (!absl::ConsumePrefix(&s, "[") || !absl::ConsumeSuffix(&s, "]") ||
       s.find(':') == absl::string_view::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("split '", split, "': expected train[start:end]"));
+        absl::StrCat("split '", split, "': expected ", name, "[start:end]"));
   }
   const size_t colon = s.find(':');
   const int64_t n = dataset.size();
@@ -71,6 +83,17 @@ absl::StatusOr<Dataset> SelectSplit(const Dataset& dataset, const std::string& s
   for (int64_t i = begin; i < end; ++i) samples.push_back(dataset[i]);
   return Dataset(std::move(samples), dataset.packed(),
                  absl::StrCat(dataset.source(), "[", begin, ":", end, "]"));
+}
+
+absl::StatusOr<Dataset> SelectSplit(const Dataset& dataset, const std::string& split) {
+  CCTUNE_ASSIGN_OR_RETURN(const std::string name, SplitName(split));
+  if (name != "train") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("split '", split,
+                     "': local files have one split, 'train' (optionally sliced, e.g. "
+                     "train[:90%])"));
+  }
+  return SliceSplit(dataset, split);
 }
 
 absl::StatusOr<Sample> SampleFromMessages(const Tokenizer& tokenizer, PromptFormat format,

@@ -59,6 +59,12 @@ class Dataset {
 // "train[90%:]", "train[10:20]", "train[-5:]". Percent bounds are floor(n * p / 100).
 // InvalidArgument for other spellings or bounds out of range.
 absl::StatusOr<Dataset> SelectSplit(const Dataset& dataset, const std::string& split);
+// The name part of a split: "validation" of "validation[:10%]". InvalidArgument for an empty
+// or malformed name (combining splits with '+' is not supported).
+absl::StatusOr<std::string> SplitName(const std::string& split);
+// The [start:end] slice of `split`, whatever its name, applied to `dataset` (the dataset the
+// name selected); without a slice, the whole dataset.
+absl::StatusOr<Dataset> SliceSplit(const Dataset& dataset, const std::string& split);
 
 // Tokenizes `messages` with `format` (truncating to max_seq_len when > 0, as the template
 // does) and turns the loss mask into labels.

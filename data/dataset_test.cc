@@ -40,6 +40,18 @@ TEST(SelectSplitTest, HuggingFaceSlices) {
   EXPECT_FALSE(SelectSplit(ds, "train[:150%]").ok());
 }
 
+TEST(SelectSplitTest, OtherSplitNamesSliceAlike) {
+  const Dataset ds = Numbered(10);
+  EXPECT_EQ(*SplitName("validation[:10%]"), "validation");
+  EXPECT_EQ(*SplitName("train"), "train");
+  EXPECT_THAT(std::string(SplitName("train+test").status().message()), HasSubstr("'+'"));
+  EXPECT_FALSE(SplitName("[:5]").ok());
+  EXPECT_EQ(Firsts(*SliceSplit(ds, "validation[-20%:]")), (std::vector<int32_t>{8, 9}));
+  EXPECT_EQ(SliceSplit(ds, "test")->size(), 10);
+  EXPECT_THAT(std::string(SliceSplit(ds, "test[3]").status().message()),
+              HasSubstr("expected test[start:end]"));
+}
+
 TEST(SampleFromMessagesTest, MaskBecomesIgnoredLabels) {
   ByteTokenizer tok;
   std::vector<Message> m(2);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
@@ -22,13 +23,15 @@
 namespace cctune {
 
 struct InstructDatasetOptions {
-  std::string source;  // .json (array of objects) or .jsonl
+  std::string source;  // .json (array of objects) or .jsonl; names the dataset in messages
+  std::vector<std::string> files;  // read in order instead of `source` when not empty
   InstructOptions messages;
   int64_t max_seq_len = 0;  // 0: no truncation
 };
 
 struct ChatDatasetOptions {
   std::string source;
+  std::vector<std::string> files;
   ChatOptions messages;
   int64_t max_seq_len = 0;
 };

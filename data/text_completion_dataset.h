@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
@@ -15,7 +16,8 @@
 namespace cctune {
 
 struct TextCompletionDatasetOptions {
-  std::string source;
+  std::string source;              // a .json / .jsonl file; names the dataset in messages
+  std::vector<std::string> files;  // read in order instead of `source` when not empty
   std::string column = "text";
   bool add_eos = true;
   int64_t max_seq_len = 0;  // 0: no truncation
