@@ -1,6 +1,7 @@
 #include "data/dataset_components.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "config/key_limits.h"
 #include "core/random.h"
 #include "core/status.h"
+#include "config/validate.h"
+#include "data/hf_hub.h"
 #include "data/packed_dataset.h"
 #include "data/sft_dataset.h"
 #include "data/text_completion_dataset.h"
@@ -18,41 +21,106 @@ namespace {
 
 using Result = absl::StatusOr<std::shared_ptr<const Dataset>>;
 
-Schema Common(const std::string& doc, bool split_across_pack) {
-  return Schema("", doc)
-      .Required("source", KeyType::String(),
-                "a local .json / .jsonl file, or 'json' with data_files")
-      .Optional("data_files", KeyType::String().OrNull(), "the file when source is 'json'")
+// What a builder fixes about its source: torchtune's default `source` (nullptr: required),
+// the key naming the config (torchtune's wikitext calls it `subset`) and its default.
+struct SourceDefaults {
+  const char* source = nullptr;
+  const char* name_key = "name";
+  const char* name = nullptr;
+};
+
+Schema Common(const std::string& doc, const SourceDefaults& d, bool split_across_pack) {
+  Schema s("", doc);
+  const std::string source_doc =
+      "a Hugging Face dataset (org/name) in the local hub cache, a local folder, a .json / "
+      ".jsonl file, or 'json' with data_files";
+  if (d.source == nullptr) {
+    s.Required("source", KeyType::String(), source_doc);
+  } else {
+    s.Default("source", KeyType::String(), ConfigNode::String(d.source), source_doc);
+  }
+  s.Optional("data_files", KeyType::Any().OrNull(),
+             "a file, a list of files (globs allowed; relative to a hub or folder source), or "
+             "{split: files}")
+      .Default(d.name_key, KeyType::String().OrNull(),
+               d.name == nullptr ? ConfigNode::Null() : ConfigNode::String(d.name),
+               "the dataset's config: a sub-folder of its snapshot or folder")
+      .Optional("data_dir", KeyType::String().OrNull(), "a sub-folder of the snapshot or folder")
+      .Optional("revision", KeyType::String().OrNull(),
+                "the hub revision (a refs/ name or commit hash; default main)")
       .Default("split", KeyType::String(), ConfigNode::String("train"),
-               "train, or a slice of it: train[:90%], train[90%:], train[10:20]")
+               "a split (train, validation, test), or a slice of it: train[:90%], train[90%:], "
+               "train[10:20]")
       .Default("packed", KeyType::Bool(), ConfigNode::Bool(false),
                "pack samples to the tokenizer's max_seq_len")
       .Default("split_across_pack", KeyType::Bool(), ConfigNode::Bool(split_across_pack),
-               "when packing, cut a sample at a pack's end instead of moving it");
+               "when packing, cut a sample at a pack's end instead of moving it")
+      .Optional("filter_fn", KeyType::Any().OrNull(),
+                "must be null: a Python callable cannot run here (filter the JSONL file)");
+  return s;
 }
 
-Schema WithMessageKeys(Schema s) {
+Schema WithMessageKeys(Schema s, bool train_on_input) {
   return s
-      .Default("train_on_input", KeyType::Bool(), ConfigNode::Bool(false),
+      .Default("train_on_input", KeyType::Bool(), ConfigNode::Bool(train_on_input),
                "also train on the prompt / user messages")
       .Optional("new_system_prompt", KeyType::String().OrNull(),
                 "a system message to put first (replacing any in the data)");
 }
 
-absl::StatusOr<std::string> SourcePath(const ConfigNode& node) {
-  CCTUNE_ASSIGN_OR_RETURN(std::string source, node.GetString("source"));
-  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> files, node.GetOptionalString("data_files"));
-  if (source == "json") {
-    if (!files.has_value()) {
-      return absl::InvalidArgumentError("source 'json' needs data_files: the local file");
+absl::StatusOr<std::vector<std::string>> StringList(const ConfigNode& node,
+                                                    const std::string& what) {
+  if (node.kind() == ConfigNode::Kind::kString) {
+    return std::vector<std::string>{node.string_value()};
+  }
+  std::vector<std::string> out;
+  if (node.IsList()) {
+    for (const ConfigNode& item : node.items()) {
+      if (item.kind() != ConfigNode::Kind::kString) break;
+      out.push_back(item.string_value());
     }
-    return *files;
+    if (out.size() == node.size() && !out.empty()) return out;
   }
-  if (files.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data_files is only used with source: json (source is '", source, "')"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " must be a file name or a non-empty list of file names, got ", node.Describe()));
+}
+
+// The dataset's files: `source` and the load_dataset keys, resolved (data/hf_hub.h).
+absl::StatusOr<ResolvedDataSource> ResolveSource(const ConfigNode& node) {
+  DataSourceOptions o;
+  CCTUNE_ASSIGN_OR_RETURN(o.source, node.GetString("source"));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string split, node.GetString("split"));
+  CCTUNE_ASSIGN_OR_RETURN(o.split, SplitName(split));
+  const char* name_key = node.Child("subset") != nullptr ? "subset" : "name";
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> name, node.GetOptionalString(name_key));
+  o.name = name.value_or("");
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> data_dir,
+                          node.GetOptionalString("data_dir"));
+  o.data_dir = data_dir.value_or("");
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> revision,
+                          node.GetOptionalString("revision"));
+  o.revision = revision.value_or("main");
+  if (const ConfigNode* f = node.Child("filter_fn"); f != nullptr && !f->IsNull()) {
+    return absl::UnimplementedError(
+        "filter_fn: a Python callable cannot run here; filter the dataset's JSONL file instead "
+        "(or take a slice with split: train[:N])");
   }
-  return source;
+  if (const ConfigNode* f = node.Child("data_files"); f != nullptr && !f->IsNull()) {
+    if (f->IsMap()) {
+      // {split: files}: the split's entry; those files then are that one split.
+      const ConfigNode* entry = f->Child(o.split);
+      if (entry == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("data_files has no split '", o.split,
+                                                       "'; it has ", f->KeysForMessage()));
+      }
+      CCTUNE_ASSIGN_OR_RETURN(o.data_files,
+                              StringList(*entry, absl::StrCat("data_files['", o.split, "']")));
+      o.split = "train";
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(o.data_files, StringList(*f, "data_files"));
+    }
+  }
+  return ResolveDataSource(o);
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ColumnMap(const ConfigNode& node) {
@@ -69,10 +137,10 @@ absl::StatusOr<std::map<std::string, std::string>> ColumnMap(const ConfigNode& n
   return out;
 }
 
-// split, then packing.
+// The split's slice (the resolver chose its files), then packing.
 Result Finish(Dataset ds, const ConfigNode& node, const DatasetContext& ctx) {
   CCTUNE_ASSIGN_OR_RETURN(std::string split, node.GetString("split"));
-  CCTUNE_ASSIGN_OR_RETURN(ds, SelectSplit(ds, split));
+  CCTUNE_ASSIGN_OR_RETURN(ds, SliceSplit(ds, split));
   CCTUNE_ASSIGN_OR_RETURN(bool packed, node.GetBool("packed"));
   if (packed) {
     if (ctx.max_seq_len <= 0) {
@@ -136,19 +204,89 @@ Result MakeSyntheticArithmetic(const ConfigNode& node, const DatasetContext& ctx
   return Finish(std::move(ds), node, ctx);
 }
 
-Result MakeInstruct(const ConfigNode& node, const DatasetContext& ctx, InstructTemplate t) {
-  CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
-  InstructDatasetOptions o;
-  CCTUNE_ASSIGN_OR_RETURN(o.source, SourcePath(node));
-  o.messages.instruct_template = t;
-  CCTUNE_ASSIGN_OR_RETURN(o.messages.column_map, ColumnMap(node));
-  CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
+absl::StatusOr<std::string> SystemPrompt(const ConfigNode& node) {
   CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> sys,
                           node.GetOptionalString("new_system_prompt"));
-  o.messages.new_system_prompt = sys.value_or("");
+  return sys.value_or("");
+}
+
+using Columns = std::map<std::string, std::string>;
+
+// Instruct data; `default_columns` is the builder's column_map when the config has none.
+Result MakeInstruct(const ConfigNode& node, const DatasetContext& ctx, InstructTemplate t,
+                    const Columns& default_columns = {}) {
+  CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
+  CCTUNE_ASSIGN_OR_RETURN(const ResolvedDataSource src, ResolveSource(node));
+  InstructDatasetOptions o;
+  o.source = src.description;
+  o.files = src.files;
+  o.messages.instruct_template = t;
+  CCTUNE_ASSIGN_OR_RETURN(o.messages.column_map, ColumnMap(node));
+  if (o.messages.column_map.empty()) o.messages.column_map = default_columns;
+  CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
+  CCTUNE_ASSIGN_OR_RETURN(o.messages.new_system_prompt, SystemPrompt(node));
   o.max_seq_len = ctx.max_seq_len;
   CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadInstructDataset(*ctx.tokenizer, ctx.prompt_format, o));
   return Finish(std::move(ds), node, ctx);
+}
+
+// Conversations; `style` and `column` empty: read from the node's conversation_style and
+// conversation_column.
+Result MakeChat(const ConfigNode& node, const DatasetContext& ctx,
+                std::optional<ConversationStyle> style, std::string column) {
+  CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
+  CCTUNE_ASSIGN_OR_RETURN(const ResolvedDataSource src, ResolveSource(node));
+  ChatDatasetOptions o;
+  o.source = src.description;
+  o.files = src.files;
+  if (style.has_value()) {
+    o.messages.style = *style;
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(std::string name, node.GetString("conversation_style"));
+    CCTUNE_ASSIGN_OR_RETURN(o.messages.style, ParseConversationStyle(name));
+    CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> c,
+                            node.GetOptionalString("conversation_column"));
+    column = c.value_or("");
+  }
+  o.messages.conversation_column = std::move(column);
+  CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
+  CCTUNE_ASSIGN_OR_RETURN(o.messages.new_system_prompt, SystemPrompt(node));
+  o.max_seq_len = ctx.max_seq_len;
+  CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadChatDataset(*ctx.tokenizer, ctx.prompt_format, o));
+  return Finish(std::move(ds), node, ctx);
+}
+
+// Plain text; `column` empty: the node's column and add_eos keys. A max_seq_len key (the
+// corpus builders have one) overrides the tokenizer's for truncation.
+Result MakeText(const ConfigNode& node, const DatasetContext& ctx, std::string column) {
+  CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
+  CCTUNE_ASSIGN_OR_RETURN(const ResolvedDataSource src, ResolveSource(node));
+  TextCompletionDatasetOptions o;
+  o.source = src.description;
+  o.files = src.files;
+  o.max_seq_len = ctx.max_seq_len;
+  if (column.empty()) {
+    CCTUNE_ASSIGN_OR_RETURN(o.column, node.GetString("column"));
+    CCTUNE_ASSIGN_OR_RETURN(o.add_eos, node.GetBool("add_eos"));
+  } else {
+    o.column = std::move(column);
+    CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> len, node.GetOptionalInt("max_seq_len"));
+    if (len.has_value()) o.max_seq_len = *len;
+  }
+  CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadTextCompletionDataset(*ctx.tokenizer, o));
+  return Finish(std::move(ds), node, ctx);
+}
+
+Schema InstructSchema(const std::string& doc, const SourceDefaults& d, bool train_on_input,
+                      const std::string& columns) {
+  return WithMessageKeys(Common(doc, d, false), train_on_input)
+      .Optional("column_map", KeyType::Map().OrNull(), columns);
+}
+
+Schema CorpusSchema(const std::string& doc, const SourceDefaults& d) {
+  return Common(doc, d, true).Optional("max_seq_len", KeyType::Int().AtLeast(1).OrNull(),
+                                       "cut samples to this many tokens (default: the "
+                                       "tokenizer's max_seq_len)");
 }
 
 }  // namespace
@@ -172,64 +310,61 @@ DatasetRegistryT& DatasetRegistry() {
 absl::Status RegisterDatasets() {
   static const absl::Status status = [] {
     DatasetRegistryT& r = DatasetRegistry();
+    const SourceDefaults required;
+    // Generic builders: the source is required.
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.datasets.instruct_dataset",
-        WithMessageKeys(Common("instruction data: the input column is the user message, the "
-                               "output column the answer",
-                               false))
-            .Optional("column_map", KeyType::Map().OrNull(), "{input: <column>, output: <column>}"),
+        InstructSchema("instruction data: the input column is the user message, the output "
+                       "column the answer",
+                       required, false, "{input: <column>, output: <column>}"),
         [](const ConfigNode& node, const DatasetContext& ctx) {
           return MakeInstruct(node, ctx, InstructTemplate::kInputOutput);
         }));
     CCTUNE_RETURN_IF_ERROR(r.Register(
-        "cctune.datasets.alpaca_dataset",
-        WithMessageKeys(
-            Common("Alpaca-style instruction, input, output with the Alpaca prompt", false))
-            .Optional("column_map", KeyType::Map().OrNull(),
-                      "{instruction: <column>, input: <column>, output: <column>}"),
-        [](const ConfigNode& node, const DatasetContext& ctx) {
-          return MakeInstruct(node, ctx, InstructTemplate::kAlpaca);
-        }));
-    CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.datasets.chat_dataset",
-        WithMessageKeys(Common("multi-turn conversations", false))
+        WithMessageKeys(Common("multi-turn conversations", required, false), false)
             .Required("conversation_style", KeyType::Enum({"openai", "sharegpt"}),
                       "openai: role/content messages; sharegpt: from/value")
             .Optional("conversation_column", KeyType::String().OrNull(),
                       "the column with the messages (default: messages / conversations)"),
-        [](const ConfigNode& node, const DatasetContext& ctx) -> Result {
-          CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
-          ChatDatasetOptions o;
-          CCTUNE_ASSIGN_OR_RETURN(o.source, SourcePath(node));
-          CCTUNE_ASSIGN_OR_RETURN(std::string style, node.GetString("conversation_style"));
-          CCTUNE_ASSIGN_OR_RETURN(o.messages.style, ParseConversationStyle(style));
-          CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> column,
-                                  node.GetOptionalString("conversation_column"));
-          o.messages.conversation_column = column.value_or("");
-          CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
-          CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> sys,
-                                  node.GetOptionalString("new_system_prompt"));
-          o.messages.new_system_prompt = sys.value_or("");
-          o.max_seq_len = ctx.max_seq_len;
-          CCTUNE_ASSIGN_OR_RETURN(Dataset ds,
-                                  LoadChatDataset(*ctx.tokenizer, ctx.prompt_format, o));
-          return Finish(std::move(ds), node, ctx);
+        [](const ConfigNode& node, const DatasetContext& ctx) {
+          return MakeChat(node, ctx, std::nullopt, "");
         }));
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.datasets.text_completion_dataset",
-        Common("plain text, trained on in full", true)
+        Common("plain text, trained on in full", required, true)
             .Default("column", KeyType::String(), ConfigNode::String("text"),
                      "the column with the text")
             .Default("add_eos", KeyType::Bool(), ConfigNode::Bool(true), "end each text with EOS"),
-        [](const ConfigNode& node, const DatasetContext& ctx) -> Result {
-          CCTUNE_RETURN_IF_ERROR(CheckContext(ctx));
-          TextCompletionDatasetOptions o;
-          CCTUNE_ASSIGN_OR_RETURN(o.source, SourcePath(node));
-          CCTUNE_ASSIGN_OR_RETURN(o.column, node.GetString("column"));
-          CCTUNE_ASSIGN_OR_RETURN(o.add_eos, node.GetBool("add_eos"));
-          o.max_seq_len = ctx.max_seq_len;
-          CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadTextCompletionDataset(*ctx.tokenizer, o));
-          return Finish(std::move(ds), node, ctx);
+        [](const ConfigNode& node, const DatasetContext& ctx) { return MakeText(node, ctx, ""); }));
+
+    // torchtune's named builders, with its default sources and train_on_input.
+    const std::string alpaca_columns =
+        "{instruction: <column>, input: <column>, output: <column>}";
+    for (const auto& [name, source] :
+         std::vector<std::pair<std::string, const char*>>{
+             {"alpaca_dataset", "tatsu-lab/alpaca"},
+             {"alpaca_cleaned_dataset", "yahma/alpaca-cleaned"}}) {
+      SourceDefaults d;
+      d.source = source;
+      CCTUNE_RETURN_IF_ERROR(r.Register(
+          absl::StrCat("cctune.datasets.", name),
+          InstructSchema("Alpaca-style instruction, input, output with the Alpaca prompt", d,
+                         true, alpaca_columns),
+          [](const ConfigNode& node, const DatasetContext& ctx) {
+            return MakeInstruct(node, ctx, InstructTemplate::kAlpaca);
+          }));
+    }
+    SourceDefaults samsum;
+    samsum.source = "Samsung/samsum";
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.datasets.samsum_dataset",
+        InstructSchema("dialogue summarization: the dialogue is the user message, the summary "
+                       "the answer",
+                       samsum, false, "{input: <column>, output: <column>} (dialogue, summary)"),
+        [](const ConfigNode& node, const DatasetContext& ctx) {
+          return MakeInstruct(node, ctx, InstructTemplate::kInputOutput,
+                              {{"input", "dialogue"}, {"output", "summary"}});
         }));
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.data.synthetic_arithmetic",
@@ -251,9 +386,89 @@ absl::Status RegisterDatasets() {
             .Default("split_across_pack", KeyType::Bool(), ConfigNode::Bool(false),
                      "when packing, cut a sample at a pack's end instead of moving it"),
         MakeSyntheticArithmetic));
+    SourceDefaults grammar;
+    grammar.source = "liweili/c4_200m";
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.datasets.grammar_dataset",
+        InstructSchema("grammar correction: the input text is the user message, the corrected "
+                       "output the answer",
+                       grammar, false, "{input: <column>, output: <column>}"),
+        [](const ConfigNode& node, const DatasetContext& ctx) {
+          return MakeInstruct(node, ctx, InstructTemplate::kInputOutput);
+        }));
+    SourceDefaults slimorca;
+    slimorca.source = "Open-Orca/SlimOrca-Dedup";
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.datasets.slimorca_dataset",
+        WithMessageKeys(Common("ShareGPT-style conversations (from/value)", slimorca, false),
+                        false)
+            .Optional("column_map", KeyType::Map().OrNull(), "{conversations: <column>}"),
+        [](const ConfigNode& node, const DatasetContext& ctx) -> Result {
+          CCTUNE_ASSIGN_OR_RETURN(Columns cm, ColumnMap(node));
+          for (const auto& [key, value] : cm) {
+            if (key != "conversations") {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "column_map key '", key, "' is not used by slimorca_dataset; expected "
+                  "conversations"));
+            }
+          }
+          return MakeChat(node, ctx, ConversationStyle::kShareGPT,
+                          cm.count("conversations") ? cm["conversations"] : "conversations");
+        }));
+    SourceDefaults wikitext;
+    wikitext.source = "EleutherAI/wikitext_document_level";
+    wikitext.name_key = "subset";
+    wikitext.name = "wikitext-103-v1";
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.datasets.wikitext_dataset",
+        CorpusSchema("Wikipedia articles (the page column), trained on in full", wikitext),
+        [](const ConfigNode& node, const DatasetContext& ctx) {
+          return MakeText(node, ctx, "page");
+        }));
+    SourceDefaults cnn;
+    cnn.source = "ccdv/cnn_dailymail";
+    cnn.name = "3.0.0";
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.datasets.cnn_dailymail_articles_dataset",
+        CorpusSchema("news articles (the article column), trained on in full", cnn),
+        [](const ConfigNode& node, const DatasetContext& ctx) {
+          return MakeText(node, ctx, "article");
+        }));
+
+    // Preference (chosen / rejected) data feeds DPO and PPO recipes, which cctune lacks:
+    // configs naming these validate, and building one says so.
+    for (const auto& [name, source] : std::vector<std::pair<std::string, const char*>>{
+             {"stack_exchange_paired_dataset", "lvwerra/stack-exchange-paired"},
+             {"hh_rlhf_helpful_dataset", "RLHFlow/HH-RLHF-Helpful-standard"},
+             {"preference_dataset", nullptr}}) {
+      SourceDefaults d;
+      d.source = source;
+      CCTUNE_RETURN_IF_ERROR(r.Register(
+          absl::StrCat("cctune.datasets.", name),
+          InstructSchema("preference pairs (prompt, chosen, rejected) for DPO / PPO", d, false,
+                         "{prompt: <column>, chosen: <column>, rejected: <column>}"),
+          [name = name](const ConfigNode&, const DatasetContext&) -> Result {
+            return absl::UnimplementedError(absl::StrCat(
+                "torchtune.datasets.", name,
+                " is a preference (chosen / rejected) dataset, for DPO and PPO recipes, which "
+                "cctune does not have; fine-tune with an instruct or chat dataset"));
+          }));
+    }
     return absl::OkStatus();
   }();
   return status;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveDatasetFiles(const ConfigNode& node) {
+  CCTUNE_RETURN_IF_ERROR(RegisterDatasets());
+  const std::optional<ComponentInfo> info =
+      DatasetRegistry().catalog().Find(node.ComponentName());
+  if (!info.has_value() || info->kind != "dataset" || info->schema->Find("source") == nullptr) {
+    return std::vector<std::string>{};
+  }
+  CCTUNE_ASSIGN_OR_RETURN(const ResolvedDataSource src,
+                          ResolveSource(WithDefaults(node, *info->schema)));
+  return src.files;
 }
 
 }  // namespace cctune

@@ -1,17 +1,27 @@
-// Datasets as config components (kind "dataset"), with torchtune's builder names and keys;
-// the recipe passes the tokenizer, its prompt format and its max_seq_len
-// (torchtune: instantiate(cfg.dataset, tokenizer)):
-//   cctune.datasets.instruct_dataset         input/output columns (InputOutputToMessages)
-//   cctune.datasets.alpaca_dataset           instruction/input/output, the Alpaca prompt
-//   cctune.datasets.chat_dataset             conversation_style openai | sharegpt
-//   cctune.datasets.text_completion_dataset  a text column, trained on in full
-//   cctune.data.synthetic_arithmetic         "a+b=c" samples generated from a seed (see
-//                                            SyntheticArithmeticText), the prompt "a+b="
-//                                            masked out of the loss; no file
-// Common keys: source (a local .json / .jsonl path; or source: json with data_files: PATH,
-// as torchtune configs load local files), split (train, train[:90%], ...), packed
-// (torchtune's PackedDataset to the tokenizer's max_seq_len) and split_across_pack. Samples
-// are cut to the tokenizer's max_seq_len when it has one. torchtune.datasets.* resolve here.
+// Datasets as config components (kind "dataset"), with torchtune's builder names, keys and
+// defaults; the recipe passes the tokenizer, its prompt format and its max_seq_len
+// (torchtune: instantiate(cfg.dataset, tokenizer)). torchtune.datasets.* resolve here.
+//   generic (source required):
+//     cctune.datasets.instruct_dataset         input/output columns (InputOutputToMessages)
+//     cctune.datasets.chat_dataset             conversation_style openai | sharegpt
+//     cctune.datasets.text_completion_dataset  a text column, trained on in full
+//   named (torchtune's default source):
+//     alpaca_dataset (tatsu-lab/alpaca), alpaca_cleaned_dataset (yahma/alpaca-cleaned):
+//       instruction/input/output with the Alpaca prompt, train_on_input true
+//     samsum_dataset (Samsung/samsum): dialogue -> summary
+//     grammar_dataset (liweili/c4_200m): input -> output
+//     slimorca_dataset (Open-Orca/SlimOrca-Dedup): ShareGPT conversations
+//     wikitext_dataset (EleutherAI/wikitext_document_level, subset wikitext-103-v1): page
+//     cnn_dailymail_articles_dataset (ccdv/cnn_dailymail, name 3.0.0): article
+//   cctune.data.synthetic_arithmetic: "a+b=c" samples generated from a seed (see
+//     SyntheticArithmeticText), the prompt "a+b=" masked out of the loss; no file
+//     stack_exchange_paired_dataset, hh_rlhf_helpful_dataset, preference_dataset: preference
+//       data; they validate, and building one is Unimplemented (no DPO / PPO recipe)
+// Common keys: source, data_files, name (wikitext: subset), data_dir, revision, resolved by
+// data/hf_hub.h (the local Hugging Face hub cache, a folder, a file, or 'json' + data_files);
+// split (train, validation[:10%], ...); packed (torchtune's PackedDataset to the tokenizer's
+// max_seq_len) and split_across_pack; filter_fn (null only). Samples are cut to the
+// tokenizer's max_seq_len when it has one.
 #ifndef CCTUNE_DATA_DATASET_COMPONENTS_H_
 #define CCTUNE_DATA_DATASET_COMPONENTS_H_
 
@@ -19,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "config/registry.h"
@@ -46,6 +57,11 @@ std::pair<std::string, std::string> SyntheticArithmeticText(uint64_t seed, int64
 
 // Registers the datasets above (idempotent, thread-safe).
 absl::Status RegisterDatasets();
+
+// The files dataset component `node` reads, resolved as its builder does (defaults applied)
+// without loading them: a recipe's up-front check. Empty for a component without a source
+// (cctune.data.synthetic_arithmetic) or of another kind.
+absl::StatusOr<std::vector<std::string>> ResolveDatasetFiles(const ConfigNode& node);
 
 }  // namespace cctune
 

@@ -176,6 +176,7 @@ absl::StatusOr<std::vector<std::string>> ExpandDataFiles(const std::vector<std::
 
 std::string Describe(const std::string& source, const std::string& split,
                      const std::vector<std::string>& files) {
+  if (files.size() == 1 && files[0] == source) return source;
   return absl::StrCat(source, " (", split, ": ", Shorten(files, 3), ")");
 }
 
