@@ -1,7 +1,12 @@
 #include "data/dataset_components.h"
 
 #include <set>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "config/config.h"
@@ -12,6 +17,8 @@
 namespace cctune {
 namespace {
 
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 absl::StatusOr<std::shared_ptr<const Dataset>> Make(const std::string& body,
@@ -171,6 +178,251 @@ TEST(SyntheticArithmeticTest, SplitAndPacking) {
   auto no_len = Make(head + "  packed: true\n");
   EXPECT_FALSE(no_len.ok());
   EXPECT_THAT(std::string(no_len.status().message()), HasSubstr("max_seq_len"));
+std::vector<int32_t> Bytes(const std::string& text) {
+  std::vector<int32_t> out;
+  for (unsigned char c : text) out.push_back(c);
+  return out;
+}
+
+std::vector<int32_t> Cat(std::vector<std::vector<int32_t>> parts) {
+  std::vector<int32_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::vector<int32_t> Ignored(size_t n) { return std::vector<int32_t>(n, kIgnoreIndex); }
+
+// A Hugging Face hub cache in TEST_TMPDIR, laid out as `huggingface-cli download --repo-type
+// dataset` leaves it: refs/main holds the commit, snapshots/<commit>/<file> links into blobs/.
+class HubDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(std::getenv("TEST_TMPDIR")) / "hub_datasets" /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    unsetenv("HF_HOME");
+    unsetenv("HUGGINGFACE_HUB_CACHE");
+    setenv("HF_HUB_CACHE", Hub().c_str(), 1);
+  }
+  void TearDown() override { unsetenv("HF_HUB_CACHE"); }
+
+  fs::path Hub() const { return root_ / "hub"; }
+
+  void AddDataset(const std::string& repo_id,
+                  const std::vector<std::pair<std::string, std::string>>& files) {
+    std::string folder = "datasets--" + repo_id;
+    folder.replace(folder.find('/'), 1, "--");
+    const fs::path repo = Hub() / folder;
+    const std::string commit = "5d4f0e1c2b3a49587f6e5d4c3b2a190817263544";
+    fs::create_directories(repo / "refs");
+    std::ofstream(repo / "refs" / "main") << commit;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const fs::path blob = repo / "blobs" / ("b" + std::to_string(i));
+      const fs::path link = repo / "snapshots" / commit / files[i].first;
+      fs::create_directories(blob.parent_path());
+      fs::create_directories(link.parent_path());
+      std::ofstream(blob) << files[i].second;
+      fs::create_symlink(fs::relative(blob, link.parent_path()), link);
+    }
+  }
+
+  fs::path root_;
+};
+
+constexpr char kAlpacaPreamble[] =
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n";
+constexpr char kAlpacaInputPreamble[] =
+    "Below is an instruction that describes a task, paired with an input that provides "
+    "further context. Write a response that appropriately completes the request.\n\n"
+    "### Instruction:\n";
+
+TEST_F(HubDatasetTest, AlpacaCleanedFromTheHubCache) {
+  AddDataset("yahma/alpaca-cleaned",
+             {{"alpaca_data_cleaned.json",
+               R"([{"instruction": "Add 2 and 3.", "input": "", "output": "5"},
+                   {"instruction": "Echo", "input": "hi", "output": "hi"}])"},
+              {"README.md", "---\nlicense: cc-by-4.0\n---\n"}});
+  // torchtune's alpaca builders train on the prompt by default.
+  auto ds = Make("  _component_: torchtune.datasets.alpaca_cleaned_dataset\n");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->size(), 2);
+  const std::vector<int32_t> first =
+      Cat({{ByteTokenizer::kBos},
+           Bytes(std::string(kAlpacaPreamble) + "Add 2 and 3.\n\n### Response:\n"),
+           Bytes("5"),
+           {ByteTokenizer::kEos}});
+  EXPECT_EQ((**ds)[0].tokens, first);
+  EXPECT_EQ((**ds)[0].labels, first);
+  EXPECT_THAT((*ds)->source(), HasSubstr("yahma/alpaca-cleaned (train: "));
+
+  // train_on_input: false masks BOS and the prompt; the input gets its own section.
+  auto masked = Make(
+      "  _component_: torchtune.datasets.alpaca_cleaned_dataset\n"
+      "  train_on_input: false\n"
+      "  split: train[50%:]\n");
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  ASSERT_EQ((*masked)->size(), 1);
+  const std::string prompt =
+      std::string(kAlpacaInputPreamble) + "Echo\n\n### Input:\nhi\n\n### Response:\n";
+  EXPECT_EQ((**masked)[0].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes(prompt), Bytes("hi"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**masked)[0].labels,
+            Cat({Ignored(1 + prompt.size()), Bytes("hi"), {ByteTokenizer::kEos}}));
+}
+
+TEST_F(HubDatasetTest, HfHomeLocatesTheCacheToo) {
+  unsetenv("HF_HUB_CACHE");
+  setenv("HF_HOME", root_.c_str(), 1);  // the cache is $HF_HOME/hub
+  AddDataset("tatsu-lab/alpaca",
+             {{"data/train.jsonl", R"({"instruction": "a", "input": "", "output": "b"})"}});
+  auto ds = Make("  _component_: torchtune.datasets.alpaca_dataset\n");
+  unsetenv("HF_HOME");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->size(), 1);
+}
+
+TEST_F(HubDatasetTest, InstructWithColumnMapSplitsAndSlices) {
+  AddDataset("org/qa", {{"data/train-00000-of-00001.jsonl",
+                         "{\"q\": \"q0\", \"a\": \"a0\"}\n{\"q\": \"q1\", \"a\": \"a1\"}\n"
+                         "{\"q\": \"q2\", \"a\": \"a2\"}\n{\"q\": \"q3\", \"a\": \"a3\"}\n"},
+                        {"data/test-00000-of-00001.jsonl", "{\"q\": \"tq\", \"a\": \"ta\"}\n"}});
+  const std::string head =
+      "  _component_: torchtune.datasets.instruct_dataset\n"
+      "  source: org/qa\n"
+      "  column_map: {input: q, output: a}\n";
+  auto train = Make(head + "  split: train[1:3]\n");
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_EQ((*train)->size(), 2);
+  // BOS + "q1" masked (train_on_input defaults to false), "a1" + EOS trained on.
+  EXPECT_EQ((**train)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("q1a1"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**train)[0].labels, Cat({Ignored(3), Bytes("a1"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**train)[1].tokens, Cat({{ByteTokenizer::kBos}, Bytes("q2a2"), {ByteTokenizer::kEos}}));
+
+  auto test = Make(head + "  split: test\n");
+  ASSERT_TRUE(test.ok()) << test.status();
+  ASSERT_EQ((*test)->size(), 1);
+  EXPECT_EQ((**test)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("tqta"), {ByteTokenizer::kEos}}));
+
+  auto last = Make(head + "  split: train[-25%:]\n");
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ((*last)->size(), 1);
+  EXPECT_EQ((**last)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("q3a3"), {ByteTokenizer::kEos}}));
+
+  auto none = Make(head + "  split: validation\n");
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("no split 'validation'"));
+  // data_files relative to the snapshot, as a {split: files} map.
+  auto by_map = Make(head + "  data_files: {validation: data/test-00000-of-00001.jsonl}\n"
+                            "  split: validation\n");
+  ASSERT_TRUE(by_map.ok()) << by_map.status();
+  EXPECT_EQ((*by_map)->size(), 1);
+}
+
+TEST_F(HubDatasetTest, MissingDatasetSaysHowToDownloadIt) {
+  auto ds = Make("  _component_: torchtune.datasets.alpaca_cleaned_dataset\n");
+  ASSERT_EQ(ds.status().code(), absl::StatusCode::kNotFound);
+  const std::string msg(ds.status().message());
+  EXPECT_THAT(msg, HasSubstr("building dataset 'cctune.datasets.alpaca_cleaned_dataset'"));
+  EXPECT_THAT(msg, HasSubstr("dataset 'yahma/alpaca-cleaned'"));
+  EXPECT_THAT(msg, HasSubstr((Hub() / "datasets--yahma--alpaca-cleaned").string()));
+  EXPECT_THAT(msg, HasSubstr("from $HF_HUB_CACHE"));
+  EXPECT_THAT(msg, HasSubstr("huggingface-cli download --repo-type dataset yahma/alpaca-cleaned"));
+  // The recipes' up-front check reports the same.
+  auto cfg = Config::FromString("dataset:\n  _component_: torchtune.datasets.slimorca_dataset\n",
+                                "ds.yaml");
+  ASSERT_TRUE(cfg.ok());
+  auto files = ResolveDatasetFiles(*cfg->root().Child("dataset"));
+  EXPECT_THAT(std::string(files.status().message()),
+              HasSubstr("huggingface-cli download --repo-type dataset Open-Orca/SlimOrca-Dedup"));
+}
+
+TEST_F(HubDatasetTest, SlimOrcaSamsumGrammar) {
+  AddDataset("Open-Orca/SlimOrca-Dedup",
+             {{"slimorca-deduped-cleaned-corrected.jsonl",
+               R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "H"}, {"from": "gpt", "value": "G"}]})"}});
+  auto orca = Make("  _component_: torchtune.datasets.slimorca_dataset\n");
+  ASSERT_TRUE(orca.ok()) << orca.status();
+  ASSERT_EQ((*orca)->size(), 1);
+  // kNone: the contents concatenated; only the gpt turn (and EOS) is trained on.
+  EXPECT_EQ((**orca)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("SHG"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**orca)[0].labels, Cat({Ignored(3), Bytes("G"), {ByteTokenizer::kEos}}));
+  auto files = ResolveDatasetFiles(
+      *Config::FromString("d:\n  _component_: torchtune.datasets.slimorca_dataset\n", "d.yaml")
+           ->root()
+           .Child("d"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->size(), 1u);
+
+  AddDataset("Samsung/samsum",
+             {{"train.json", R"([{"id": "1", "dialogue": "D", "summary": "Sum"}])"}});
+  auto samsum = Make("  _component_: torchtune.datasets.samsum_dataset\n");
+  ASSERT_TRUE(samsum.ok()) << samsum.status();
+  EXPECT_EQ((**samsum)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("DSum"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**samsum)[0].labels, Cat({Ignored(2), Bytes("Sum"), {ByteTokenizer::kEos}}));
+
+  AddDataset("liweili/c4_200m", {{"c4.jsonl", R"({"input": "i", "output": "o"})"}});
+  auto grammar = Make("  _component_: torchtune.datasets.grammar_dataset\n");
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_EQ((**grammar)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("io"), {ByteTokenizer::kEos}}));
+}
+
+TEST_F(HubDatasetTest, CorpusBuildersUseTheirSubsetFolders) {
+  AddDataset("EleutherAI/wikitext_document_level",
+             {{"wikitext-103-v1/train.jsonl", R"({"page": "Wiki page"})"},
+              {"wikitext-2-v1/train.jsonl", R"({"page": "other"})"}});
+  auto wiki = Make("  _component_: torchtune.datasets.wikitext_dataset\n  max_seq_len: 5\n");
+  ASSERT_TRUE(wiki.ok()) << wiki.status();
+  ASSERT_EQ((*wiki)->size(), 1);
+  // BOS + text + EOS, cut to max_seq_len; all of it trained on.
+  EXPECT_EQ((**wiki)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("Wiki")}));
+  EXPECT_EQ((**wiki)[0].labels, (**wiki)[0].tokens);
+  auto wiki2 = Make("  _component_: torchtune.datasets.wikitext_dataset\n  subset: wikitext-2-v1\n");
+  ASSERT_TRUE(wiki2.ok()) << wiki2.status();
+  EXPECT_EQ((**wiki2)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("other"), {ByteTokenizer::kEos}}));
+
+  AddDataset("ccdv/cnn_dailymail",
+             {{"3.0.0/train.jsonl", R"({"article": "A", "highlights": "h"})"}});
+  auto cnn = Make("  _component_: torchtune.datasets.cnn_dailymail_articles_dataset\n");
+  ASSERT_TRUE(cnn.ok()) << cnn.status();
+  EXPECT_EQ((**cnn)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("A"), {ByteTokenizer::kEos}}));
+}
+
+TEST_F(HubDatasetTest, UnsupportedPiecesAreClearErrors) {
+  AddDataset("tatsu-lab/alpaca", {{"data/train-00000-of-00001-a09b74b3ef9c3b56.parquet", "PAR1"}});
+  auto parquet = Make("  _component_: torchtune.datasets.alpaca_dataset\n");
+  EXPECT_EQ(parquet.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(parquet.status().message()),
+              HasSubstr("train-00000-of-00001-a09b74b3ef9c3b56.parquet': Parquet"));
+  auto pref = Make("  _component_: torchtune.datasets.stack_exchange_paired_dataset\n");
+  EXPECT_EQ(pref.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(pref.status().message()),
+              HasSubstr("torchtune.datasets.stack_exchange_paired_dataset is a preference"));
+  auto filter = Make(
+      "  _component_: torchtune.datasets.text_completion_dataset\n"
+      "  source: data/testdata/text.jsonl\n"
+      "  filter_fn: my.module.keep\n");
+  EXPECT_EQ(filter.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(filter.status().message()), HasSubstr("filter_fn"));
+}
+
+TEST(DatasetComponentsTest, LocalFolderAndFileLists) {
+  // A local folder is searched as a snapshot is; data_files may list several files.
+  auto folder = Make(
+      "  _component_: torchtune.datasets.text_completion_dataset\n"
+      "  source: data/testdata\n"
+      "  data_files: [text.jsonl, text.jsonl]\n");
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  auto once = Make(
+      "  _component_: torchtune.datasets.text_completion_dataset\n"
+      "  source: data/testdata/text.jsonl\n");
+  ASSERT_TRUE(once.ok()) << once.status();
+  ASSERT_EQ((*folder)->size(), 2 * (*once)->size());
+  EXPECT_EQ((**folder)[(*once)->size()].tokens, (**once)[0].tokens);
+  auto split = Make(
+      "  _component_: torchtune.datasets.text_completion_dataset\n"
+      "  source: data/testdata/text.jsonl\n"
+      "  split: test\n");
+  EXPECT_THAT(std::string(split.status().message()), HasSubstr("one split, 'train'"));
 }
 
 }  // namespace
