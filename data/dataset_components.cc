@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "config/key_limits.h"
 #include "core/random.h"
-#include "core/status.h"
 #include "config/validate.h"
+#include "core/status.h"
 #include "data/hf_hub.h"
 #include "data/packed_dataset.h"
 #include "data/sft_dataset.h"
@@ -94,11 +94,9 @@ absl::StatusOr<ResolvedDataSource> ResolveSource(const ConfigNode& node) {
   const char* name_key = node.Child("subset") != nullptr ? "subset" : "name";
   CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> name, node.GetOptionalString(name_key));
   o.name = name.value_or("");
-  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> data_dir,
-                          node.GetOptionalString("data_dir"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> data_dir, node.GetOptionalString("data_dir"));
   o.data_dir = data_dir.value_or("");
-  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> revision,
-                          node.GetOptionalString("revision"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> revision, node.GetOptionalString("revision"));
   o.revision = revision.value_or("main");
   if (const ConfigNode* f = node.Child("filter_fn"); f != nullptr && !f->IsNull()) {
     return absl::UnimplementedError(
@@ -110,8 +108,8 @@ absl::StatusOr<ResolvedDataSource> ResolveSource(const ConfigNode& node) {
       // {split: files}: the split's entry; those files then are that one split.
       const ConfigNode* entry = f->Child(o.split);
       if (entry == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("data_files has no split '", o.split,
-                                                       "'; it has ", f->KeysForMessage()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("data_files has no split '", o.split, "'; it has ", f->KeysForMessage()));
       }
       CCTUNE_ASSIGN_OR_RETURN(o.data_files,
                               StringList(*entry, absl::StrCat("data_files['", o.split, "']")));
@@ -284,9 +282,10 @@ Schema InstructSchema(const std::string& doc, const SourceDefaults& d, bool trai
 }
 
 Schema CorpusSchema(const std::string& doc, const SourceDefaults& d) {
-  return Common(doc, d, true).Optional("max_seq_len", KeyType::Int().AtLeast(1).OrNull(),
-                                       "cut samples to this many tokens (default: the "
-                                       "tokenizer's max_seq_len)");
+  return Common(doc, d, true)
+      .Optional("max_seq_len", KeyType::Int().AtLeast(1).OrNull(),
+                "cut samples to this many tokens (default: the "
+                "tokenizer's max_seq_len)");
 }
 
 }  // namespace
@@ -339,33 +338,51 @@ absl::Status RegisterDatasets() {
         [](const ConfigNode& node, const DatasetContext& ctx) { return MakeText(node, ctx, ""); }));
 
     // torchtune's named builders, with its default sources and train_on_input.
-    const std::string alpaca_columns =
-        "{instruction: <column>, input: <column>, output: <column>}";
-    for (const auto& [name, source] :
-         std::vector<std::pair<std::string, const char*>>{
+    const std::string alpaca_columns = "{instruction: <column>, input: <column>, output: <column>}";
+    for (const auto& [name, source] : std::vector<std::pair<std::string, const char*>>{
              {"alpaca_dataset", "tatsu-lab/alpaca"},
              {"alpaca_cleaned_dataset", "yahma/alpaca-cleaned"}}) {
       SourceDefaults d;
       d.source = source;
       CCTUNE_RETURN_IF_ERROR(r.Register(
           absl::StrCat("cctune.datasets.", name),
-          InstructSchema("Alpaca-style instruction, input, output with the Alpaca prompt", d,
-                         true, alpaca_columns),
+          InstructSchema("Alpaca-style instruction, input, output with the Alpaca prompt", d, true,
+                         alpaca_columns),
           [](const ConfigNode& node, const DatasetContext& ctx) {
             return MakeInstruct(node, ctx, InstructTemplate::kAlpaca);
           }));
     }
-    SourceDefaults samsum;
-    samsum.source = "Samsung/samsum";
-    CCTUNE_RETURN_IF_ERROR(r.Register(
-        "cctune.datasets.samsum_dataset",
-        InstructSchema("dialogue summarization: the dialogue is the user message, the summary "
-                       "the answer",
-                       samsum, false, "{input: <column>, output: <column>} (dialogue, summary)"),
-        [](const ConfigNode& node, const DatasetContext& ctx) {
-          return MakeInstruct(node, ctx, InstructTemplate::kInputOutput,
-                              {{"input", "dialogue"}, {"output", "summary"}});
-        }));
+    // input -> user, output -> assistant, with the builder's column_map by default.
+    struct InputOutputBuilder {
+      const char* name;
+      const char* source;
+      const char* doc;
+      Columns columns;
+    };
+    for (const InputOutputBuilder& b : std::vector<InputOutputBuilder>{
+             {"samsum_dataset",
+              "Samsung/samsum",
+              "dialogue summarization: the dialogue is the user message, the summary the answer",
+              {{"input", "dialogue"}, {"output", "summary"}}},
+             {"grammar_dataset",
+              "liweili/c4_200m",
+              "grammar correction: the input text is the user message, the corrected output "
+              "the answer",
+              {}}}) {
+      SourceDefaults d;
+      d.source = b.source;
+      CCTUNE_RETURN_IF_ERROR(r.Register(
+          absl::StrCat("cctune.datasets.", b.name),
+          InstructSchema(b.doc, d, false,
+                         b.columns.empty()
+                             ? "{input: <column>, output: <column>}"
+                             : absl::StrCat("{input: <column>, output: <column>} (default {input: ",
+                                            b.columns.at("input"),
+                                            ", output: ", b.columns.at("output"), "})")),
+          [columns = b.columns](const ConfigNode& node, const DatasetContext& ctx) {
+            return MakeInstruct(node, ctx, InstructTemplate::kInputOutput, columns);
+          }));
+    }
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.data.synthetic_arithmetic",
         Schema("", "\"a+b=c\" samples generated deterministically from a seed")
@@ -386,54 +403,49 @@ absl::Status RegisterDatasets() {
             .Default("split_across_pack", KeyType::Bool(), ConfigNode::Bool(false),
                      "when packing, cut a sample at a pack's end instead of moving it"),
         MakeSyntheticArithmetic));
-    SourceDefaults grammar;
-    grammar.source = "liweili/c4_200m";
-    CCTUNE_RETURN_IF_ERROR(r.Register(
-        "cctune.datasets.grammar_dataset",
-        InstructSchema("grammar correction: the input text is the user message, the corrected "
-                       "output the answer",
-                       grammar, false, "{input: <column>, output: <column>}"),
-        [](const ConfigNode& node, const DatasetContext& ctx) {
-          return MakeInstruct(node, ctx, InstructTemplate::kInputOutput);
-        }));
     SourceDefaults slimorca;
     slimorca.source = "Open-Orca/SlimOrca-Dedup";
     CCTUNE_RETURN_IF_ERROR(r.Register(
         "cctune.datasets.slimorca_dataset",
-        WithMessageKeys(Common("ShareGPT-style conversations (from/value)", slimorca, false),
-                        false)
+        WithMessageKeys(Common("ShareGPT-style conversations (from/value)", slimorca, false), false)
             .Optional("column_map", KeyType::Map().OrNull(), "{conversations: <column>}"),
         [](const ConfigNode& node, const DatasetContext& ctx) -> Result {
           CCTUNE_ASSIGN_OR_RETURN(Columns cm, ColumnMap(node));
           for (const auto& [key, value] : cm) {
             if (key != "conversations") {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "column_map key '", key, "' is not used by slimorca_dataset; expected "
-                  "conversations"));
+              return absl::InvalidArgumentError(
+                  absl::StrCat("column_map key '", key,
+                               "' is not used by slimorca_dataset; expected "
+                               "conversations"));
             }
           }
           return MakeChat(node, ctx, ConversationStyle::kShareGPT,
                           cm.count("conversations") ? cm["conversations"] : "conversations");
         }));
-    SourceDefaults wikitext;
-    wikitext.source = "EleutherAI/wikitext_document_level";
-    wikitext.name_key = "subset";
-    wikitext.name = "wikitext-103-v1";
-    CCTUNE_RETURN_IF_ERROR(r.Register(
-        "cctune.datasets.wikitext_dataset",
-        CorpusSchema("Wikipedia articles (the page column), trained on in full", wikitext),
-        [](const ConfigNode& node, const DatasetContext& ctx) {
-          return MakeText(node, ctx, "page");
-        }));
-    SourceDefaults cnn;
-    cnn.source = "ccdv/cnn_dailymail";
-    cnn.name = "3.0.0";
-    CCTUNE_RETURN_IF_ERROR(r.Register(
-        "cctune.datasets.cnn_dailymail_articles_dataset",
-        CorpusSchema("news articles (the article column), trained on in full", cnn),
-        [](const ConfigNode& node, const DatasetContext& ctx) {
-          return MakeText(node, ctx, "article");
-        }));
+    // Text corpora: one column, trained on in full; torchtune names each one's config.
+    struct CorpusBuilder {
+      const char* name;
+      const char* source;
+      const char* name_key;
+      const char* config;
+      const char* column;
+      const char* doc;
+    };
+    for (const CorpusBuilder& b : std::vector<CorpusBuilder>{
+             {"wikitext_dataset", "EleutherAI/wikitext_document_level", "subset", "wikitext-103-v1",
+              "page", "Wikipedia articles (the page column), trained on in full"},
+             {"cnn_dailymail_articles_dataset", "ccdv/cnn_dailymail", "name", "3.0.0", "article",
+              "news articles (the article column), trained on in full"}}) {
+      SourceDefaults d;
+      d.source = b.source;
+      d.name_key = b.name_key;
+      d.name = b.config;
+      CCTUNE_RETURN_IF_ERROR(r.Register(
+          absl::StrCat("cctune.datasets.", b.name), CorpusSchema(b.doc, d),
+          [column = std::string(b.column)](const ConfigNode& node, const DatasetContext& ctx) {
+            return MakeText(node, ctx, column);
+          }));
+    }
 
     // Preference (chosen / rejected) data feeds DPO and PPO recipes, which cctune lacks:
     // configs naming these validate, and building one says so.
@@ -461,8 +473,7 @@ absl::Status RegisterDatasets() {
 
 absl::StatusOr<std::vector<std::string>> ResolveDatasetFiles(const ConfigNode& node) {
   CCTUNE_RETURN_IF_ERROR(RegisterDatasets());
-  const std::optional<ComponentInfo> info =
-      DatasetRegistry().catalog().Find(node.ComponentName());
+  const std::optional<ComponentInfo> info = DatasetRegistry().catalog().Find(node.ComponentName());
   if (!info.has_value() || info->kind != "dataset" || info->schema->Find("source") == nullptr) {
     return std::vector<std::string>{};
   }

@@ -295,9 +295,11 @@ TEST_F(HubDatasetTest, InstructWithColumnMapSplitsAndSlices) {
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_EQ((*train)->size(), 2);
   // BOS + "q1" masked (train_on_input defaults to false), "a1" + EOS trained on.
-  EXPECT_EQ((**train)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("q1a1"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**train)[0].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes("q1a1"), {ByteTokenizer::kEos}}));
   EXPECT_EQ((**train)[0].labels, Cat({Ignored(3), Bytes("a1"), {ByteTokenizer::kEos}}));
-  EXPECT_EQ((**train)[1].tokens, Cat({{ByteTokenizer::kBos}, Bytes("q2a2"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**train)[1].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes("q2a2"), {ByteTokenizer::kEos}}));
 
   auto test = Make(head + "  split: test\n");
   ASSERT_TRUE(test.ok()) << test.status();
@@ -312,8 +314,9 @@ TEST_F(HubDatasetTest, InstructWithColumnMapSplitsAndSlices) {
   auto none = Make(head + "  split: validation\n");
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("no split 'validation'"));
   // data_files relative to the snapshot, as a {split: files} map.
-  auto by_map = Make(head + "  data_files: {validation: data/test-00000-of-00001.jsonl}\n"
-                            "  split: validation\n");
+  auto by_map = Make(head +
+                     "  data_files: {validation: data/test-00000-of-00001.jsonl}\n"
+                     "  split: validation\n");
   ASSERT_TRUE(by_map.ok()) << by_map.status();
   EXPECT_EQ((*by_map)->size(), 1);
 }
@@ -337,9 +340,11 @@ TEST_F(HubDatasetTest, MissingDatasetSaysHowToDownloadIt) {
 }
 
 TEST_F(HubDatasetTest, SlimOrcaSamsumGrammar) {
-  AddDataset("Open-Orca/SlimOrca-Dedup",
-             {{"slimorca-deduped-cleaned-corrected.jsonl",
-               R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "H"}, {"from": "gpt", "value": "G"}]})"}});
+  AddDataset(
+      "Open-Orca/SlimOrca-Dedup",
+      {{"slimorca-deduped-cleaned-corrected.jsonl",
+        R"({"conversations": [{"from": "system", "value": "S"}, )"
+        R"({"from": "human", "value": "H"}, {"from": "gpt", "value": "G"}]})"}});
   auto orca = Make("  _component_: torchtune.datasets.slimorca_dataset\n");
   ASSERT_TRUE(orca.ok()) << orca.status();
   ASSERT_EQ((*orca)->size(), 1);
@@ -357,13 +362,15 @@ TEST_F(HubDatasetTest, SlimOrcaSamsumGrammar) {
              {{"train.json", R"([{"id": "1", "dialogue": "D", "summary": "Sum"}])"}});
   auto samsum = Make("  _component_: torchtune.datasets.samsum_dataset\n");
   ASSERT_TRUE(samsum.ok()) << samsum.status();
-  EXPECT_EQ((**samsum)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("DSum"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**samsum)[0].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes("DSum"), {ByteTokenizer::kEos}}));
   EXPECT_EQ((**samsum)[0].labels, Cat({Ignored(2), Bytes("Sum"), {ByteTokenizer::kEos}}));
 
   AddDataset("liweili/c4_200m", {{"c4.jsonl", R"({"input": "i", "output": "o"})"}});
   auto grammar = Make("  _component_: torchtune.datasets.grammar_dataset\n");
   ASSERT_TRUE(grammar.ok()) << grammar.status();
-  EXPECT_EQ((**grammar)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("io"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**grammar)[0].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes("io"), {ByteTokenizer::kEos}}));
 }
 
 TEST_F(HubDatasetTest, CorpusBuildersUseTheirSubsetFolders) {
@@ -376,9 +383,11 @@ TEST_F(HubDatasetTest, CorpusBuildersUseTheirSubsetFolders) {
   // BOS + text + EOS, cut to max_seq_len; all of it trained on.
   EXPECT_EQ((**wiki)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("Wiki")}));
   EXPECT_EQ((**wiki)[0].labels, (**wiki)[0].tokens);
-  auto wiki2 = Make("  _component_: torchtune.datasets.wikitext_dataset\n  subset: wikitext-2-v1\n");
+  auto wiki2 =
+      Make("  _component_: torchtune.datasets.wikitext_dataset\n  subset: wikitext-2-v1\n");
   ASSERT_TRUE(wiki2.ok()) << wiki2.status();
-  EXPECT_EQ((**wiki2)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("other"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**wiki2)[0].tokens,
+            Cat({{ByteTokenizer::kBos}, Bytes("other"), {ByteTokenizer::kEos}}));
 
   AddDataset("ccdv/cnn_dailymail",
              {{"3.0.0/train.jsonl", R"({"article": "A", "highlights": "h"})"}});

@@ -47,10 +47,9 @@ bool Exists(const std::string& p) {
 }
 
 std::string CacheWhere(const HfHubCache& cache) {
-  return cache.from.empty()
-             ? absl::StrCat("the default cache ", cache.dir,
-                            "; set HF_HUB_CACHE or HF_HOME to use another")
-             : absl::StrCat("the cache ", cache.dir, ", from $", cache.from);
+  return cache.from.empty() ? absl::StrCat("the default cache ", cache.dir,
+                                           "; set HF_HUB_CACHE or HF_HOME to use another")
+                            : absl::StrCat("the cache ", cache.dir, ", from $", cache.from);
 }
 
 enum class FileKind { kJson, kUnsupported, kOther };
@@ -105,10 +104,10 @@ bool HasGlob(absl::string_view s) { return s.find_first_of("*?[") != absl::strin
 
 // Hugging Face's split keywords, canonical name first.
 const std::vector<std::vector<std::string>>& SplitKeywords() {
-  static const auto* const k = new std::vector<std::vector<std::string>>{
-      {"train", "training"},
-      {"validation", "valid", "val", "dev"},
-      {"test", "testing", "eval", "evaluation"}};
+  static const auto* const k =
+      new std::vector<std::vector<std::string>>{{"train", "training"},
+                                                {"validation", "valid", "val", "dev"},
+                                                {"test", "testing", "eval", "evaluation"}};
   return *k;
 }
 
@@ -167,8 +166,8 @@ absl::StatusOr<std::vector<std::string>> ExpandDataFiles(const std::vector<std::
       }
     }
     if (matched == 0) {
-      return absl::NotFoundError(absl::StrCat("data_files pattern '", p, "' matches no file in '",
-                                              root, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("data_files pattern '", p, "' matches no file in '", root, "'"));
     }
   }
   return out;
@@ -183,10 +182,11 @@ std::string Describe(const std::string& source, const std::string& split,
 // Explicit files: the single split "train".
 absl::Status OnlyTrain(const DataSourceOptions& o, const std::string& what) {
   if (CanonicalSplit(o.split) == "train") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "split '", o.split, "': ", what,
-      " hold one split, 'train' (optionally sliced, e.g. train[:90%]); give a dict "
-      "data_files: {", o.split, ": <file>} for more"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("split '", o.split, "': ", what,
+                   " hold one split, 'train' (optionally sliced, e.g. train[:90%]); give a dict "
+                   "data_files: {",
+                   o.split, ": <file>} for more"));
 }
 
 // A snapshot or local folder.
@@ -205,10 +205,10 @@ absl::StatusOr<ResolvedDataSource> ResolveFolder(const DataSourceOptions& o,
         }
       }
       std::sort(folders.begin(), folders.end());
-      return absl::InvalidArgumentError(absl::StrCat(
-          sub == &o.name ? "name (subset) '" : "data_dir '", *sub, "': no folder '", next,
-          "'; the folders there are ", Shorten(folders),
-          sub == &o.name ? " (set name: null for a dataset without configs)" : ""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(sub == &o.name ? "name (subset) '" : "data_dir '", *sub, "': no folder '",
+                       next, "'; the folders there are ", Shorten(folders),
+                       sub == &o.name ? " (set name: null for a dataset without configs)" : ""));
     }
     base = next;
   }
@@ -316,8 +316,7 @@ absl::StatusOr<std::string> HfDatasetSnapshot(const std::string& repo_id,
     const std::string snap = Join(repo_dir, absl::StrCat("snapshots/", hash));
     if (hash.empty() || !IsDir(snap)) {
       return absl::NotFoundError(absl::StrCat("dataset '", repo_id, "': ", ref, " names commit '",
-                                              hash, "' but '", snap, "' does not exist",
-                                              download));
+                                              hash, "' but '", snap, "' does not exist", download));
     }
     return snap;
   }
@@ -328,8 +327,8 @@ absl::StatusOr<std::string> HfDatasetSnapshot(const std::string& repo_id,
 }
 
 std::string InferSplitFromPath(absl::string_view relative_path) {
-  std::vector<std::string> words = absl::StrSplit(
-      relative_path, absl::ByAnyChar("-._ /0123456789"), absl::SkipEmpty());
+  std::vector<std::string> words =
+      absl::StrSplit(relative_path, absl::ByAnyChar("-._ /0123456789"), absl::SkipEmpty());
   for (std::string& w : words) w = absl::AsciiStrToLower(w);
   for (const auto& keywords : SplitKeywords()) {
     for (const std::string& k : keywords) {

@@ -28,10 +28,10 @@
 #define CCTUNE_DATA_HF_HUB_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cctune {
 

@@ -105,8 +105,8 @@ TEST_F(HfHubTest, SnapshotFollowsRefsMain) {
 TEST_F(HfHubTest, MissingDatasetNamesCacheAndDownloadCommand) {
   auto s = HfDatasetSnapshot("tatsu-lab/alpaca");
   ASSERT_EQ(s.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(Msg(s.status()), HasSubstr((Hub() / "datasets--tatsu-lab--alpaca").string() +
-                                         "' does not exist"));
+  EXPECT_THAT(Msg(s.status()),
+              HasSubstr((Hub() / "datasets--tatsu-lab--alpaca").string() + "' does not exist"));
   EXPECT_THAT(Msg(s.status()), HasSubstr("from $HF_HOME"));
   EXPECT_THAT(Msg(s.status()),
               HasSubstr("download it with: huggingface-cli download --repo-type dataset "
