@@ -141,13 +141,15 @@ absl::Status CheckReadable(const std::vector<std::string>& files, const std::str
   return absl::OkStatus();
 }
 
-// data_files entries relative to `base` ("" : as given), globs matched against its files.
+// data_files entries relative to `base` ("": as given); a glob's `*` stays within a folder.
 absl::StatusOr<std::vector<std::string>> ExpandDataFiles(const std::vector<std::string>& patterns,
                                                          const std::string& base) {
   std::vector<std::string> out;
   for (const std::string& p : patterns) {
     if (p.empty()) return absl::InvalidArgumentError("data_files has an empty entry");
-    const std::string path = base.empty() || fs::path(p).is_absolute() ? p : Join(base, p);
+    const std::string path = base.empty() || fs::path(p).is_absolute()
+                                 ? fs::path(p).lexically_normal().string()
+                                 : Join(base, p);
     if (!HasGlob(p)) {
       out.push_back(path);
       continue;
@@ -160,7 +162,7 @@ absl::StatusOr<std::vector<std::string>> ExpandDataFiles(const std::vector<std::
     size_t matched = 0;
     for (const std::string& f : files) {
       const std::string full = dir.empty() ? f : Join(root, f);
-      if (fnmatch(path.c_str(), full.c_str(), 0) == 0) {
+      if (fnmatch(path.c_str(), full.c_str(), FNM_PATHNAME) == 0) {
         out.push_back(full);
         ++matched;
       }

@@ -14,8 +14,8 @@
 //   name, is honoured after HF_HUB_CACHE).
 //
 // In a snapshot or folder, `name` (a config, torchtune's `subset`) and `data_dir` pick a
-// sub-folder; data_files (relative to it, `*` globs allowed) pick files; otherwise every data
-// file is a candidate. Files are sorted into splits by Hugging Face's naming rule: a path
+// sub-folder; data_files (relative to it; globs: `*` within one folder, `?`, `[...]`) pick
+// files; otherwise every data file is a candidate. Files are sorted into splits by Hugging Face's naming rule: a path
 // word (split at - . _ space, digits and /) "train"/"training", "validation"/"valid"/"val"/
 // "dev" or "test"/"testing"/"eval"/"evaluation" names the split; when no file names one,
 // every file is "train". README.md `configs:` metadata is not read.

@@ -210,6 +210,8 @@ TEST_F(HfHubTest, NameDataDirAndDataFiles) {
   r = ResolveDataSource(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->files, ElementsAre((snap / "wikitext-103/train.jsonl").string()));
+  o.data_files = {"./*.jsonl"};  // `*` stays in its folder: nothing at the top
+  EXPECT_EQ(ResolveDataSource(o).status().code(), absl::StatusCode::kNotFound);
   o.data_files = {"nope/*.jsonl"};
   EXPECT_EQ(ResolveDataSource(o).status().code(), absl::StatusCode::kNotFound);
   o.data_files = {"wikitext-2/train.jsonl"};
