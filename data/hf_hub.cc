@@ -202,7 +202,7 @@ absl::StatusOr<ResolvedDataSource> ResolveFolder(const DataSourceOptions& o,
       std::vector<std::string> folders;
       std::error_code ec;
       for (const auto& e : fs::directory_iterator(base, ec)) {
-        if (e.is_directory() && e.path().filename().string()[0] != '.') {
+        if (e.is_directory(ec) && e.path().filename().string()[0] != '.') {
           folders.push_back(e.path().filename().string());
         }
       }

@@ -70,9 +70,13 @@ TEST_F(HfHubTest, CacheDirFollowsHuggingfaceHubOrder) {
   setenv("XDG_CACHE_HOME", "/xdg", 1);
   EXPECT_EQ(HfHubCacheDir().dir, "/xdg/huggingface/hub");
   unsetenv("XDG_CACHE_HOME");
+  const std::string home = std::getenv("HOME") != nullptr ? std::getenv("HOME") : "";
   setenv("HOME", "/home/u", 1);
   EXPECT_EQ(HfHubCacheDir().dir, "/home/u/.cache/huggingface/hub");
   EXPECT_EQ(HfHubCacheDir().from, "");
+  setenv("HF_HUB_CACHE", "~/hub", 1);  // a leading ~ is the home folder
+  EXPECT_EQ(HfHubCacheDir().dir, "/home/u/hub");
+  setenv("HOME", home.c_str(), 1);
 }
 
 TEST_F(HfHubTest, RepoIds) {
