@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -340,11 +341,10 @@ TEST_F(HubDatasetTest, MissingDatasetSaysHowToDownloadIt) {
 }
 
 TEST_F(HubDatasetTest, SlimOrcaSamsumGrammar) {
-  AddDataset(
-      "Open-Orca/SlimOrca-Dedup",
-      {{"slimorca-deduped-cleaned-corrected.jsonl",
-        R"({"conversations": [{"from": "system", "value": "S"}, )"
-        R"({"from": "human", "value": "H"}, {"from": "gpt", "value": "G"}]})"}});
+  AddDataset("Open-Orca/SlimOrca-Dedup",
+             {{"slimorca-deduped-cleaned-corrected.jsonl",
+               R"({"conversations": [{"from": "system", "value": "S"}, )"
+               R"({"from": "human", "value": "H"}, {"from": "gpt", "value": "G"}]})"}});
   auto orca = Make("  _component_: torchtune.datasets.slimorca_dataset\n");
   ASSERT_TRUE(orca.ok()) << orca.status();
   ASSERT_EQ((*orca)->size(), 1);
@@ -396,12 +396,45 @@ TEST_F(HubDatasetTest, CorpusBuildersUseTheirSubsetFolders) {
   EXPECT_EQ((**cnn)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("A"), {ByteTokenizer::kEos}}));
 }
 
+TEST_F(HubDatasetTest, AlpacaFromParquetMatchesTheSameRowsInJson) {
+  // The hub's tatsu-lab/alpaca is one Parquet file (data/testdata/make_parquet.py wrote this
+  // one with pyarrow); its rows are those of the JSON test above.
+  std::ifstream in("data/testdata/alpaca.parquet", std::ios::binary);
+  const std::string parquet((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(parquet.empty());
+  AddDataset("tatsu-lab/alpaca", {{"data/train-00000-of-00001-a09b74b3ef9c3b56.parquet", parquet}});
+  AddDataset("yahma/alpaca-cleaned",
+             {{"alpaca_data_cleaned.json",
+               R"([{"instruction": "Add 2 and 3.", "input": "", "output": "5"},
+                   {"instruction": "Echo", "input": "hi", "output": "hi"}])"}});
+  auto from_parquet = Make("  _component_: torchtune.datasets.alpaca_dataset\n");
+  ASSERT_TRUE(from_parquet.ok()) << from_parquet.status();
+  auto from_json = Make("  _component_: torchtune.datasets.alpaca_cleaned_dataset\n");
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  ASSERT_EQ((*from_parquet)->size(), 2);
+  ASSERT_EQ((*from_json)->size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ((**from_parquet)[i].tokens, (**from_json)[i].tokens) << i;
+    EXPECT_EQ((**from_parquet)[i].labels, (**from_json)[i].labels) << i;
+  }
+  EXPECT_EQ((**from_parquet)[0].tokens,
+            Cat({{ByteTokenizer::kBos},
+                 Bytes(std::string(kAlpacaPreamble) + "Add 2 and 3.\n\n### Response:\n"),
+                 Bytes("5"),
+                 {ByteTokenizer::kEos}}));
+}
+
 TEST_F(HubDatasetTest, UnsupportedPiecesAreClearErrors) {
-  AddDataset("tatsu-lab/alpaca", {{"data/train-00000-of-00001-a09b74b3ef9c3b56.parquet", "PAR1"}});
-  auto parquet = Make("  _component_: torchtune.datasets.alpaca_dataset\n");
-  EXPECT_EQ(parquet.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(parquet.status().message()),
-              HasSubstr("train-00000-of-00001-a09b74b3ef9c3b56.parquet': Parquet"));
+  AddDataset("org/zstd", {{"train.parquet", [] {
+                             std::ifstream in("data/testdata/zstd.parquet", std::ios::binary);
+                             return std::string((std::istreambuf_iterator<char>(in)),
+                                                std::istreambuf_iterator<char>());
+                           }()}});
+  auto zstd = Make(
+      "  _component_: torchtune.datasets.text_completion_dataset\n"
+      "  source: org/zstd\n");
+  EXPECT_EQ(zstd.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(zstd.status().message()), HasSubstr("compressed with ZSTD"));
   auto pref = Make("  _component_: torchtune.datasets.stack_exchange_paired_dataset\n");
   EXPECT_EQ(pref.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(pref.status().message()),

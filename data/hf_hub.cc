@@ -52,28 +52,28 @@ std::string CacheWhere(const HfHubCache& cache) {
                             : absl::StrCat("the cache ", cache.dir, ", from $", cache.from);
 }
 
-enum class FileKind { kJson, kUnsupported, kOther };
+enum class FileKind { kReadable, kUnsupported, kOther };
 
 // By extension, as Hugging Face's packaged loaders go.
 FileKind KindOf(absl::string_view path) {
   const std::string lower = absl::AsciiStrToLower(path);
-  for (const char* ext : {".json", ".jsonl"}) {
-    if (absl::EndsWith(lower, ext)) return FileKind::kJson;
+  for (const char* ext : {".json", ".jsonl", ".parquet"}) {
+    if (absl::EndsWith(lower, ext)) return FileKind::kReadable;
   }
-  for (const char* ext : {".parquet", ".csv", ".tsv", ".txt", ".arrow", ".gz", ".zst", ".bz2",
-                          ".xz", ".zip", ".7z", ".tar", ".lz4", ".pdf", ".xml", ".sql"}) {
+  for (const char* ext : {".csv", ".tsv", ".txt", ".arrow", ".gz", ".zst", ".bz2", ".xz", ".zip",
+                          ".7z", ".tar", ".lz4", ".pdf", ".xml", ".sql"}) {
     if (absl::EndsWith(lower, ext)) return FileKind::kUnsupported;
   }
   return FileKind::kOther;
 }
 
 std::string ConvertHint(const std::string& file) {
-  const bool parquet = absl::EndsWith(absl::AsciiStrToLower(file), ".parquet");
   return absl::StrCat(
-      "'", file, "': ", parquet ? "Parquet" : "this format",
-      " cannot be read yet; convert it to JSON lines, e.g. python3 -c \"import datasets; "
-      "datasets.load_dataset('",
-      parquet ? "parquet" : "<loader>", "', data_files='", file,
+      "'", file,
+      "': this format cannot be read yet (JSON, JSON lines and Parquet are); convert it to JSON "
+      "lines, e.g. python3 -c \"import datasets; datasets.load_dataset('<csv|text|arrow>', "
+      "data_files='",
+      file,
       "', split='train').to_json('data.jsonl')\", then use source: json, data_files: "
       "data.jsonl");
 }
@@ -250,7 +250,7 @@ absl::StatusOr<ResolvedDataSource> ResolveFolder(const DataSourceOptions& o,
       splits.push_back(s);
     }
     if (s != want) continue;
-    (KindOf(f) == FileKind::kJson ? json : other).push_back(Join(base, f));
+    (KindOf(f) == FileKind::kReadable ? json : other).push_back(Join(base, f));
   }
   if (json.empty() && other.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("dataset '", o.source, "' has no split '",
@@ -343,16 +343,17 @@ std::string InferSplitFromPath(absl::string_view relative_path) {
 absl::StatusOr<ResolvedDataSource> ResolveDataSource(const DataSourceOptions& o) {
   if (o.source.empty()) return absl::InvalidArgumentError("dataset source is empty");
   if (o.split.empty()) return absl::InvalidArgumentError("dataset split is empty");
-  if (o.source == "json") {
+  if (o.source == "json" || o.source == "parquet") {
     if (o.data_files.empty()) {
-      return absl::InvalidArgumentError("source 'json' needs data_files: the local file(s)");
+      return absl::InvalidArgumentError(
+          absl::StrCat("source '", o.source, "' needs data_files: the local file(s)"));
     }
     CCTUNE_RETURN_IF_ERROR(OnlyTrain(o, "data_files"));
     CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandDataFiles(o.data_files, ""));
     CCTUNE_RETURN_IF_ERROR(CheckReadable(files, o.source));
-    return ResolvedDataSource{files, Describe("json", o.split, files)};
+    return ResolvedDataSource{files, Describe(o.source, o.split, files)};
   }
-  for (const char* loader : {"parquet", "csv", "text", "arrow", "pandas", "webdataset"}) {
+  for (const char* loader : {"csv", "text", "arrow", "pandas", "webdataset"}) {
     if (o.source == loader) {
       return absl::UnimplementedError(absl::StrCat(
           "source '", loader, "' (Hugging Face's ", loader,

@@ -1,7 +1,7 @@
 // Where a dataset's files are: torchtune's `source` (+ data_files, name, data_dir, split)
 // resolved the way Hugging Face's load_dataset would find them, offline:
 //
-//   source: json (csv, parquet, ...)  a loader name; data_files lists the local files
+//   source: json / parquet            a loader name; data_files lists the local files
 //   source: path/to/file.jsonl        one local file (the split "train")
 //   source: path/to/folder            a local folder, searched as a snapshot is (below)
 //   source: org/name                  a dataset in the local Hugging Face hub cache, as
@@ -15,15 +15,16 @@
 //
 // In a snapshot or folder, `name` (a config, torchtune's `subset`) and `data_dir` pick a
 // sub-folder; data_files (relative to it; globs: `*` within one folder, `?`, `[...]`) pick
-// files; otherwise every data file is a candidate. Files are sorted into splits by Hugging Face's naming rule: a path
-// word (split at - . _ space, digits and /) "train"/"training", "validation"/"valid"/"val"/
-// "dev" or "test"/"testing"/"eval"/"evaluation" names the split; when no file names one,
-// every file is "train". README.md `configs:` metadata is not read.
+// files; otherwise every data file is a candidate. Files are sorted into splits by Hugging
+// Face's naming rule: a path word (split at - . _ space, digits and /) "train"/"training",
+// "validation"/"valid"/"val"/"dev" or "test"/"testing"/"eval"/"evaluation" names the split;
+// when no file names one, every file is "train". README.md `configs:` metadata is not read.
 //
-// JSON (.json, an array of objects or JSON lines) and JSON lines (.jsonl) are read. Parquet,
-// CSV, text, Arrow and compressed files are an Unimplemented error naming the file and how to
-// convert it to JSON lines; a dataset that is in neither place is NotFound with the paths
-// searched and the download command.
+// JSON (.json, an array of objects or JSON lines), JSON lines (.jsonl) and Parquet (.parquet,
+// data/parquet_records.h) are read. CSV, text, Arrow and compressed files, and the csv / text
+// / arrow loaders, are an Unimplemented error naming the file and how to convert it to JSON
+// lines; a dataset that is in neither place is NotFound with the paths searched and the
+// download command.
 #ifndef CCTUNE_DATA_HF_HUB_H_
 #define CCTUNE_DATA_HF_HUB_H_
 
@@ -66,7 +67,7 @@ struct DataSourceOptions {
 };
 
 struct ResolvedDataSource {
-  std::vector<std::string> files;  // JSON / JSONL files, in order
+  std::vector<std::string> files;  // JSON / JSONL / Parquet files, in order
   std::string description;         // "yahma/alpaca-cleaned (train: <snapshot>/x.json)"
 };
 

@@ -169,15 +169,22 @@ TEST_F(HfHubTest, UnnamedFilesAreTrain) {
   EXPECT_THAT(Msg(ResolveDataSource(o).status()), HasSubstr("its splits: train"));
 }
 
-TEST_F(HfHubTest, UnreadableFormatsAndScripts) {
-  AddRepo("datasets--tatsu-lab--alpaca", "p1", {{"data/train-00000-of-00001.parquet", "PAR1"}});
+TEST_F(HfHubTest, ParquetResolvesOtherFormatsDoNot) {
+  const fs::path snap =
+      AddRepo("datasets--tatsu-lab--alpaca", "p1", {{"data/train-00000-of-00001.parquet", "PAR1"}});
   DataSourceOptions o;
   o.source = "tatsu-lab/alpaca";
   auto parquet = ResolveDataSource(o);
-  EXPECT_EQ(parquet.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(Msg(parquet.status()), HasSubstr("train-00000-of-00001.parquet': Parquet"));
-  EXPECT_THAT(Msg(parquet.status()), HasSubstr("convert it to JSON lines"));
-  EXPECT_THAT(Msg(parquet.status()), HasSubstr("source: json"));
+  ASSERT_TRUE(parquet.ok()) << parquet.status();
+  EXPECT_THAT(parquet->files, ElementsAre((snap / "data/train-00000-of-00001.parquet").string()));
+
+  AddRepo("datasets--org--tabular", "t1", {{"train.csv", "a,b\n1,2\n"}});
+  o.source = "org/tabular";
+  auto csv = ResolveDataSource(o);
+  EXPECT_EQ(csv.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(Msg(csv.status()), HasSubstr("train.csv': this format cannot be read yet"));
+  EXPECT_THAT(Msg(csv.status()), HasSubstr("convert it to JSON lines"));
+  EXPECT_THAT(Msg(csv.status()), HasSubstr("source: json"));
 
   AddRepo("datasets--x--script", "s1", {{"script.py", "import datasets"}, {"README.md", "x"}});
   o.source = "x/script";

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "data/json_records.h"
+#include "data/parquet_records.h"
 
 namespace cctune {
 namespace {
@@ -23,7 +24,7 @@ absl::StatusOr<Dataset> Build(const Tokenizer& tokenizer, PromptFormat format,
   }
   std::vector<Sample> samples;
   for (const std::string& file : files.empty() ? std::vector<std::string>{source} : files) {
-    CCTUNE_ASSIGN_OR_RETURN(const JsonRecords records, ReadJsonRecords(file));
+    CCTUNE_ASSIGN_OR_RETURN(const JsonRecords records, ReadRecordsFile(file));
     const int64_t n = static_cast<int64_t>(records.records.size());
     const size_t first = samples.size();
     samples.resize(first + n);

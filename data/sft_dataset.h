@@ -1,4 +1,4 @@
-// Supervised fine-tuning datasets from a local JSON / JSONL file (torchtune's
+// Supervised fine-tuning datasets from local JSON / JSONL / Parquet files (torchtune's
 // instruct_dataset / alpaca_dataset and chat_dataset): each record becomes messages
 // (data/message_transforms.h), the tokenizer's prompt template turns them into tokens, and
 // the masked messages' tokens get label kIgnoreIndex. Samples are cut to max_seq_len.
@@ -23,7 +23,7 @@
 namespace cctune {
 
 struct InstructDatasetOptions {
-  std::string source;  // .json (array of objects) or .jsonl; names the dataset in messages
+  std::string source;  // .json (array of objects), .jsonl or .parquet; names the dataset
   std::vector<std::string> files;  // read in order instead of `source` when not empty
   InstructOptions messages;
   int64_t max_seq_len = 0;  // 0: no truncation

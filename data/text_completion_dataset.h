@@ -1,4 +1,4 @@
-// Plain-text completion datasets from a local JSON / JSONL file (torchtune's
+// Plain-text completion datasets from local JSON / JSONL / Parquet files (torchtune's
 // text_completion_dataset): each record's text column is encoded with BOS (and EOS, unless
 // add_eos is false), cut to max_seq_len without forcing the last token to EOS, and trained on
 // in full (labels = tokens).
@@ -16,7 +16,7 @@
 namespace cctune {
 
 struct TextCompletionDatasetOptions {
-  std::string source;              // a .json / .jsonl file; names the dataset in messages
+  std::string source;              // a .json / .jsonl / .parquet file; names the dataset
   std::vector<std::string> files;  // read in order instead of `source` when not empty
   std::string column = "text";
   bool add_eos = true;
