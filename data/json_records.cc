@@ -158,13 +158,18 @@ absl::StatusOr<JsonRecords> ParseJsonRecords(std::string_view text, const std::s
   return ParseLines(text, file);
 }
 
-absl::StatusOr<JsonRecords> ReadJsonRecords(const std::string& path) {
+absl::StatusOr<std::string> ReadDatasetFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open dataset file '", path, "'"));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
-  return ParseJsonRecords(ss.str(), path);
+  return ss.str();
+}
+
+absl::StatusOr<JsonRecords> ReadJsonRecords(const std::string& path) {
+  CCTUNE_ASSIGN_OR_RETURN(const std::string text, ReadDatasetFile(path));
+  return ParseJsonRecords(text, path);
 }
 
 absl::StatusOr<const nlohmann::json*> GetColumn(const JsonRecords& records, size_t i,

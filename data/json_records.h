@@ -31,6 +31,10 @@ struct JsonRecords {
   std::string Where(size_t i) const;
 };
 
+// The bytes of dataset file `path` (NotFound "cannot open dataset file ..." if it cannot be
+// opened, DataLoss on a read error).
+absl::StatusOr<std::string> ReadDatasetFile(const std::string& path);
+
 // Reads and parses `path` (JSON lines, or a JSON array of objects).
 absl::StatusOr<JsonRecords> ReadJsonRecords(const std::string& path);
 // The same for text in memory; `file` names it in errors.

@@ -2,9 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -720,12 +718,8 @@ absl::StatusOr<JsonRecords> ParseParquetRecords(const std::string& bytes, const 
 }
 
 absl::StatusOr<JsonRecords> ReadParquetRecords(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open dataset file '", path, "'"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
-  return ParseParquetRecords(ss.str(), path);
+  CCTUNE_ASSIGN_OR_RETURN(const std::string bytes, ReadDatasetFile(path));
+  return ParseParquetRecords(bytes, path);
 }
 
 absl::StatusOr<JsonRecords> ReadRecordsFile(const std::string& path) {
