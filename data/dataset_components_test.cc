@@ -424,6 +424,20 @@ TEST_F(HubDatasetTest, AlpacaFromParquetMatchesTheSameRowsInJson) {
                  {ByteTokenizer::kEos}}));
 }
 
+TEST_F(HubDatasetTest, ChatFromParquetListOfStructs) {
+  std::ifstream in("data/testdata/slimorca.parquet", std::ios::binary);
+  const std::string parquet((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(parquet.empty());
+  AddDataset("org/orca-parquet", {{"data/train-00000-of-00001.parquet", parquet}});
+  auto orca = Make(
+      "  _component_: torchtune.datasets.slimorca_dataset\n"
+      "  source: org/orca-parquet\n");
+  ASSERT_TRUE(orca.ok()) << orca.status();
+  ASSERT_EQ((*orca)->size(), 1);
+  EXPECT_EQ((**orca)[0].tokens, Cat({{ByteTokenizer::kBos}, Bytes("SHG"), {ByteTokenizer::kEos}}));
+  EXPECT_EQ((**orca)[0].labels, Cat({Ignored(3), Bytes("G"), {ByteTokenizer::kEos}}));
+}
+
 TEST_F(HubDatasetTest, UnsupportedPiecesAreClearErrors) {
   AddDataset("org/zstd", {{"train.parquet", [] {
                              std::ifstream in("data/testdata/zstd.parquet", std::ios::binary);

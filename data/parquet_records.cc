@@ -29,7 +29,7 @@ enum PhysicalType {
 enum Encoding { kPlain = 0, kPlainDictionary = 2, kRle = 3, kRleDictionary = 8 };
 enum Codec { kUncompressed = 0, kSnappy = 1 };
 enum PageType { kDataPage = 0, kDictionaryPage = 2, kDataPageV2 = 3 };
-enum Repetition { kRequired = 0, kOptional = 1 };
+enum Repetition { kRequired = 0, kOptional = 1, kRepeated = 2 };
 
 const char* CodecName(int64_t c) {
   static const char* const kNames[] = {"UNCOMPRESSED", "SNAPPY", "GZIP", "LZO",
@@ -217,6 +217,25 @@ struct Column {
   int64_t type = -1;
   int64_t repetition = kRequired;
   int64_t num_children = 0;
+  int64_t converted_type = -1;  // 1 MAP, 2 MAP_KEY_VALUE, 3 LIST
+  std::vector<int> children;    // indices into the schema
+};
+
+constexpr int64_t kMapAnnotation = 1, kMapKeyValue = 2, kListAnnotation = 3;
+
+// A leaf column: its schema path (top-level field first) and level maxima.
+struct Leaf {
+  std::vector<int> path;
+  int max_def = 0;
+  int max_rep = 0;
+  std::string dotted;  // "messages.list.element.content", for messages
+};
+
+// One value of a leaf as the pages store it.
+struct Triple {
+  int rep = 0;
+  int def = 0;
+  Json value;  // null unless def == max_def
 };
 
 struct Chunk {
@@ -276,6 +295,8 @@ FileMeta ReadFileMeta(Thrift& t) {
             col.name = t.Binary();
           } else if (f == 5 && ft == kI32) {
             col.num_children = t.Int();
+          } else if (f == 6 && ft == kI32) {
+            col.converted_type = t.Int();
           } else {
             t.Skip(ft);
           }
@@ -494,11 +515,11 @@ bool DecodePlain(Bytes& in, int64_t type, int64_t n, std::vector<Json>* out) {
 class ChunkReader {
  public:
   ChunkReader(const std::string& bytes, const std::string& file, const Column& column,
-              const Chunk& chunk)
-      : bytes_(bytes), file_(file), column_(column), chunk_(chunk) {}
+              const Leaf& leaf, const Chunk& chunk)
+      : bytes_(bytes), file_(file), column_(column), leaf_(leaf), chunk_(chunk) {}
 
-  // Appends the chunk's values (JSON null for nulls) to `out`.
-  absl::Status Read(std::vector<Json>* out) {
+  // Appends the chunk's values with their levels to `out`.
+  absl::Status Read(std::vector<Triple>* out) {
     if (chunk_.external) return Unimplemented("its data is in another file");
     if (chunk_.codec != kUncompressed && chunk_.codec != kSnappy) {
       return Unimplemented(absl::StrCat("it is compressed with ", CodecName(chunk_.codec),
@@ -544,12 +565,12 @@ class ChunkReader {
 
  private:
   absl::Status Unimplemented(const std::string& why) const {
-    return absl::UnimplementedError(absl::StrCat(file_, ": column '", column_.name, "': ", why,
+    return absl::UnimplementedError(absl::StrCat(file_, ": column '", leaf_.dotted, "': ", why,
                                                  "; convert the file to JSON lines"));
   }
   absl::Status Damaged(const std::string& what) const {
     return absl::DataLossError(
-        absl::StrCat(file_, ": column '", column_.name, "': damaged Parquet file (", what, ")"));
+        absl::StrCat(file_, ": column '", leaf_.dotted, "': damaged Parquet file (", what, ")"));
   }
 
   absl::Status Decompress(const uint8_t* data, int64_t size, int64_t uncompressed,
@@ -563,23 +584,39 @@ class ChunkReader {
     return absl::OkStatus();
   }
 
-  absl::Status ReadDataPage(const PageHeader& h, const uint8_t* body, std::vector<Json>* out) {
-    const bool optional = column_.repetition == kOptional;
+  // Levels of `n` values, `max` at most: a run of bit width ceil(log2(max + 1)); none (all
+  // zero) when max is 0.
+  absl::Status Levels(Bytes& in, int max, int64_t n, std::vector<uint32_t>* out) const {
+    if (max == 0) {
+      out->assign(n, 0);
+      return absl::OkStatus();
+    }
+    int width = 0;
+    while ((1 << width) <= max) ++width;
+    if (!DecodeHybrid(in, width, n, out)) return Damaged("levels");
+    for (uint32_t v : *out) {
+      if (v > static_cast<uint32_t>(max)) return Damaged("level out of range");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadDataPage(const PageHeader& h, const uint8_t* body, std::vector<Triple>* out) {
     std::string page;
-    std::vector<uint32_t> defs;
-    Bytes levels(body, 0);
+    std::vector<uint32_t> reps, defs;
     if (h.type == kDataPageV2) {
       // Levels first, never compressed; then the values, compressed unless is_compressed is
       // false.
-      if (h.rep_length != 0) return Unimplemented("it has repetition levels");
-      if (h.def_length < 0 || h.def_length > h.compressed_size) return Damaged("levels");
-      Bytes def(body, h.def_length);
-      if (optional && !DecodeHybrid(def, 1, h.num_values, &defs)) {
-        return Damaged("definition levels");
+      if (h.rep_length < 0 || h.def_length < 0 || h.rep_length + h.def_length > h.compressed_size) {
+        return Damaged("levels");
       }
-      const uint8_t* values = body + h.def_length;
-      const int64_t size = h.compressed_size - h.def_length;
-      const int64_t usize = h.uncompressed_size - h.def_length;
+      Bytes rep(body, h.rep_length);
+      CCTUNE_RETURN_IF_ERROR(Levels(rep, leaf_.max_rep, h.num_values, &reps));
+      Bytes def(body + h.rep_length, h.def_length);
+      CCTUNE_RETURN_IF_ERROR(Levels(def, leaf_.max_def, h.num_values, &defs));
+      const int64_t skip = h.rep_length + h.def_length;
+      const uint8_t* values = body + skip;
+      const int64_t size = h.compressed_size - skip;
+      const int64_t usize = h.uncompressed_size - skip;
       if (h.is_compressed) {
         CCTUNE_RETURN_IF_ERROR(Decompress(values, size, usize, &page));
       } else {
@@ -589,18 +626,22 @@ class ChunkReader {
       CCTUNE_RETURN_IF_ERROR(Decompress(body, h.compressed_size, h.uncompressed_size, &page));
     }
     Bytes in(reinterpret_cast<const uint8_t*>(page.data()), page.size());
-    if (h.type == kDataPage && optional) {  // a 4-byte length, then the RLE levels
-      const uint32_t len = static_cast<uint32_t>(in.Fixed(4));
-      const uint8_t* lv = in.Take(len);
-      if (lv == nullptr) return Damaged("definition levels");
-      Bytes def(lv, len);
-      if (!DecodeHybrid(def, 1, h.num_values, &defs)) return Damaged("definition levels");
+    if (h.type == kDataPage) {  // each present level run: a 4-byte length, then RLE
+      for (auto [max, levels] :
+           {std::pair{leaf_.max_rep, &reps}, std::pair{leaf_.max_def, &defs}}) {
+        if (max == 0) {
+          levels->assign(h.num_values, 0);
+          continue;
+        }
+        const uint32_t len = static_cast<uint32_t>(in.Fixed(4));
+        const uint8_t* lv = in.Take(len);
+        if (lv == nullptr) return Damaged("levels");
+        Bytes run(lv, len);
+        CCTUNE_RETURN_IF_ERROR(Levels(run, max, h.num_values, levels));
+      }
     }
-    int64_t present = h.num_values;
-    if (optional) {
-      present = 0;
-      for (uint32_t d : defs) present += d != 0;
-    }
+    int64_t present = 0;
+    for (uint32_t d : defs) present += d == static_cast<uint32_t>(leaf_.max_def);
     std::vector<Json> values;
     if (h.encoding == kPlain) {
       if (!DecodePlain(in, column_.type, present, &values)) return Damaged("values");
@@ -628,11 +669,11 @@ class ChunkReader {
     }
     size_t next = 0;
     for (int64_t i = 0; i < h.num_values; ++i) {
-      if (optional && defs[i] == 0) {
-        out->push_back(nullptr);
-      } else {
-        out->push_back(std::move(values[next++]));
-      }
+      Triple t;
+      t.rep = static_cast<int>(reps[i]);
+      t.def = static_cast<int>(defs[i]);
+      if (t.def == leaf_.max_def) t.value = std::move(values[next++]);
+      out->push_back(std::move(t));
     }
     return absl::OkStatus();
   }
@@ -640,9 +681,109 @@ class ChunkReader {
   const std::string& bytes_;
   const std::string& file_;
   const Column& column_;
+  const Leaf& leaf_;
   const Chunk& chunk_;
   std::vector<Json> dictionary_;
 };
+
+// Record assembly (Dremel) for at most one level of repetition: each value is written into
+// its row at its schema path; groups become objects, a repeated node an array (element i of
+// the row's list for the i-th value of the row), and an undefined node null (or an empty
+// array when it is the repeated one).
+absl::Status Assemble(const std::vector<Column>& schema, const Leaf& leaf,
+                      const std::vector<Triple>& triples, std::vector<Json>* rows) {
+  int64_t r = -1;
+  size_t element = 0;
+  for (const Triple& t : triples) {
+    if (t.rep == 0) {
+      ++r;
+      element = 0;
+    } else {
+      ++element;
+    }
+    if (r < 0 || r >= static_cast<int64_t>(rows->size()) || element > 1u << 24) {
+      return absl::DataLossError(
+          absl::StrCat("column '", leaf.dotted, "': damaged Parquet file (repetition levels)"));
+    }
+    Json* cur = &(*rows)[r];
+    int level = 0;
+    for (size_t i = 0; i < leaf.path.size(); ++i) {
+      const Column& node = schema[leaf.path[i]];
+      const bool last = i + 1 == leaf.path.size();
+      if (node.repetition != kRequired) ++level;
+      Json& slot = (*cur)[node.name];
+      if (t.def < level) {  // undefined from here on
+        if (slot.is_null()) slot = node.repetition == kRepeated ? Json::array() : Json();
+        break;
+      }
+      Json* target = &slot;
+      if (node.repetition == kRepeated) {
+        if (!slot.is_array()) slot = Json::array();
+        while (slot.size() <= element) slot.push_back(last ? Json() : Json::object());
+        target = &slot[element];
+      }
+      if (last) {
+        *target = t.value;
+      } else if (!target->is_object()) {
+        *target = Json::object();
+      }
+      cur = target;
+    }
+  }
+  if (r + 1 != static_cast<int64_t>(rows->size())) {
+    return absl::DataLossError(
+        absl::StrCat("column '", leaf.dotted, "': damaged Parquet file (row count)"));
+  }
+  return absl::OkStatus();
+}
+
+void CollapseOne(const std::vector<Column>& schema, const Column& node, Json& v);
+
+// The fields of one instance of group `node`.
+void CollapseFields(const std::vector<Column>& schema, const Column& node, Json& obj) {
+  if (!obj.is_object()) return;
+  for (int c : node.children) {
+    const Column& child = schema[c];
+    auto it = obj.find(child.name);
+    if (it == obj.end()) continue;
+    if (child.repetition == kRepeated && it->is_array()) {
+      for (Json& e : *it) CollapseOne(schema, child, e);
+    } else {
+      CollapseOne(schema, child, *it);
+    }
+  }
+}
+
+// LIST-annotated groups, {list: [{element: x}, ...]} as assembled, become [x, ...] (the
+// three-level layout writers use; a repeated child with several fields, or named "array" or
+// "<name>_tuple", is the element itself, as the format's backward-compatibility rules say).
+void CollapseOne(const std::vector<Column>& schema, const Column& node, Json& v) {
+  if (node.children.empty() || v.is_null()) return;
+  if (node.converted_type == kListAnnotation && node.children.size() == 1 &&
+      schema[node.children[0]].repetition == kRepeated) {
+    const Column& rep = schema[node.children[0]];
+    const bool three_level =
+        rep.children.size() == 1 && rep.name != "array" && rep.name != node.name + "_tuple";
+    Json out = Json::array();
+    auto it = v.find(rep.name);
+    if (it != v.end() && it->is_array()) {
+      for (Json& e : *it) {
+        if (three_level) {
+          const Column& elem = schema[rep.children[0]];
+          Json x = e.is_object() && e.contains(elem.name) ? std::move(e[elem.name]) : Json();
+          CollapseOne(schema, elem, x);
+          out.push_back(std::move(x));
+        } else {
+          CollapseOne(schema, rep, e);
+          out.push_back(std::move(e));
+        }
+      }
+    }
+    v = std::move(out);
+    return;
+  }
+  CollapseFields(schema, node, v);
+}
 
 }  // namespace
 
@@ -671,48 +812,101 @@ absl::StatusOr<JsonRecords> ParseParquetRecords(const std::string& bytes, const 
     return damaged("row count");
   }
 
-  // A flat schema: the root's children are all leaves.
-  const Column& root = meta.schema[0];
-  std::vector<Column> columns(meta.schema.begin() + 1, meta.schema.end());
-  for (const Column& c : columns) {
-    const bool nested = c.num_children > 0 || c.repetition > kOptional;
-    if (nested || static_cast<int64_t>(columns.size()) != root.num_children) {
+  // The schema tree (a depth-first list with child counts) and its leaves, in column order.
+  std::vector<Column> schema = meta.schema;
+  std::vector<Leaf> leaves;
+  {
+    struct Open {
+      int node;
+      int64_t left;  // children still to come
+    };
+    std::vector<Open> stack;
+    std::vector<int> path;
+    for (size_t i = 0; i < schema.size(); ++i) {
+      if (i > 0) {
+        if (stack.empty()) return damaged("schema tree");
+        schema[stack.back().node].children.push_back(static_cast<int>(i));
+        --stack.back().left;
+      }
+      if (schema[i].num_children < 0 || schema[i].num_children > 100000) {
+        return damaged("schema tree");
+      }
+      if (i > 0 && schema[i].num_children == 0) {
+        Leaf leaf;
+        for (const Open& o : stack) {
+          if (o.node != 0) leaf.path.push_back(o.node);
+        }
+        leaf.path.push_back(static_cast<int>(i));
+        for (int n : leaf.path) {
+          const Column& c = schema[n];
+          leaf.max_def += c.repetition != kRequired;
+          leaf.max_rep += c.repetition == kRepeated;
+          absl::StrAppend(&leaf.dotted, leaf.dotted.empty() ? "" : ".", c.name);
+          if (c.converted_type == kMapAnnotation || c.converted_type == kMapKeyValue) {
+            return absl::UnimplementedError(absl::StrCat(
+                file, ": column '", c.name,
+                "' is a map, which cannot be read yet; convert the file to JSON lines"));
+          }
+        }
+        leaves.push_back(std::move(leaf));
+      } else {
+        stack.push_back({static_cast<int>(i), schema[i].num_children});
+      }
+      while (!stack.empty() && stack.back().left == 0) stack.pop_back();
+    }
+    if (!stack.empty()) return damaged("schema tree");
+  }
+  for (const Leaf& leaf : leaves) {
+    const Column& c = schema[leaf.path.back()];
+    if (leaf.max_rep > 1) {
       return absl::UnimplementedError(absl::StrCat(
-          file, ": column '", c.name,
-          "' is nested (a list or struct), which cannot be read yet; convert the file to JSON "
-          "lines"));
+          file, ": column '", leaf.dotted,
+          "' is nested in more than one list, which cannot be read yet; convert the file to "
+          "JSON lines"));
     }
     if (c.type != kBoolean && c.type != kInt32 && c.type != kInt64 && c.type != kFloat &&
         c.type != kDouble && c.type != kByteArray) {
-      return absl::UnimplementedError(absl::StrCat(file, ": column '", c.name, "' has type ",
+      return absl::UnimplementedError(absl::StrCat(file, ": column '", leaf.dotted, "' has type ",
                                                    TypeName(c.type),
                                                    ", which cannot be read yet; convert the file "
                                                    "to JSON lines"));
     }
   }
-  std::vector<std::vector<Json>> values(columns.size());
-  int64_t rows = 0;
+  std::vector<Json> rows;
+  rows.reserve(meta.num_rows);
   for (const RowGroup& rg : meta.row_groups) {
-    if (rg.chunks.size() != columns.size()) return damaged("row group columns");
-    if (rg.num_rows < 0 || rg.num_rows > meta.num_rows - rows) return damaged("row group rows");
-    for (size_t c = 0; c < columns.size(); ++c) {
-      if (rg.chunks[c].num_values != rg.num_rows) return damaged("column value count");
-      CCTUNE_RETURN_IF_ERROR(ChunkReader(bytes, file, columns[c], rg.chunks[c]).Read(&values[c]));
-      if (static_cast<int64_t>(values[c].size()) != rows + rg.num_rows) {
+    if (rg.chunks.size() != leaves.size()) return damaged("row group columns");
+    if (rg.num_rows < 0 || rg.num_rows > meta.num_rows - static_cast<int64_t>(rows.size())) {
+      return damaged("row group rows");
+    }
+    std::vector<Json> group(rg.num_rows, Json::object());
+    for (size_t c = 0; c < leaves.size(); ++c) {
+      const Chunk& chunk = rg.chunks[c];
+      if (leaves[c].max_rep == 0 ? chunk.num_values != rg.num_rows
+                                 : chunk.num_values < rg.num_rows) {
+        return damaged("column value count");
+      }
+      std::vector<Triple> triples;
+      CCTUNE_RETURN_IF_ERROR(
+          ChunkReader(bytes, file, schema[leaves[c].path.back()], leaves[c], chunk).Read(&triples));
+      if (static_cast<int64_t>(triples.size()) != chunk.num_values) {
         return damaged("page value counts");
       }
+      absl::Status s = Assemble(schema, leaves[c], triples, &group);
+      if (!s.ok()) return absl::DataLossError(absl::StrCat(file, ": ", s.message()));
     }
-    rows += rg.num_rows;
+    for (Json& row : group) {
+      CollapseFields(schema, schema[0], row);
+      rows.push_back(std::move(row));
+    }
   }
-  if (rows != meta.num_rows) return damaged("row count");
+  if (static_cast<int64_t>(rows.size()) != meta.num_rows) return damaged("row count");
   JsonRecords out;
   out.file = file;
-  out.records.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    Json obj = Json::object();
-    for (size_t c = 0; c < columns.size(); ++c) obj[columns[c].name] = std::move(values[c][r]);
-    out.records[r].value = std::move(obj);
-    out.records[r].line = r + 1;
+  out.records.resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    out.records[r].value = std::move(rows[r]);
+    out.records[r].line = static_cast<int64_t>(r) + 1;
   }
   return out;
 }

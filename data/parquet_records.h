@@ -1,12 +1,15 @@
 // Rows of a Parquet file as dataset records (data/json_records.h), so that the Hugging Face
 // hub's Parquet datasets load as their JSON ones do. A small reader of its own, no library:
-//   - flat schemas: every column a required or optional leaf of type BOOLEAN, INT32, INT64,
-//     FLOAT, DOUBLE or BYTE_ARRAY (strings); a null becomes JSON null;
-//   - PLAIN and dictionary (PLAIN_DICTIONARY / RLE_DICTIONARY) encodings, data pages v1 and v2;
+//   - leaf columns of type BOOLEAN, INT32, INT64, FLOAT, DOUBLE or BYTE_ARRAY (strings), in
+//     groups (JSON objects) and inside at most one list: a list of strings or of structs (chat
+//     turns: [{"from": ..., "value": ...}]) assembles from repetition and definition levels,
+//     with LIST-annotated groups as JSON arrays; a null becomes JSON null;
+//   - PLAIN and dictionary (PLAIN_DICTIONARY / RLE_DICTIONARY) encodings, RLE booleans, data
+//     pages v1 and v2;
 //   - UNCOMPRESSED and SNAPPY column chunks (pyarrow's default, which the hub's files use).
-// Anything else (nested list / struct columns, INT96, fixed-length or DELTA-encoded columns,
-// GZIP / ZSTD / ... codecs, encrypted files) is an Unimplemented error naming the file and
-// the column, and saying to convert the file to JSON lines. A damaged file is DataLoss.
+// Anything else (lists of lists, maps, INT96, fixed-length or DELTA-encoded columns, GZIP /
+// ZSTD / ... codecs, encrypted files) is an Unimplemented error naming the file and the
+// column, and saying to convert the file to JSON lines. A damaged file is DataLoss.
 // A record's `line` is its 1-based row number in the file.
 #ifndef CCTUNE_DATA_PARQUET_RECORDS_H_
 #define CCTUNE_DATA_PARQUET_RECORDS_H_

@@ -21,18 +21,24 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-// The fixtures come from data/testdata/make_parquet.py (pyarrow); rows.expected.jsonl holds
-// the rows it wrote, which pyarrow read back identically.
-void ExpectRows(const std::string& parquet) {
+// The fixtures come from data/testdata/make_parquet.py (pyarrow); *.expected.jsonl hold the
+// rows it wrote, which pyarrow read back identically.
+void ExpectSameRows(const std::string& parquet, const std::string& expected) {
   auto got = ReadParquetRecords(parquet);
   ASSERT_TRUE(got.ok()) << got.status();
-  auto want = ReadJsonRecords("data/testdata/rows.expected.jsonl");
+  auto want = ReadJsonRecords(expected);
   ASSERT_TRUE(want.ok()) << want.status();
   ASSERT_EQ(got->records.size(), want->records.size());
   for (size_t i = 0; i < want->records.size(); ++i) {
     EXPECT_EQ(got->records[i].value, want->records[i].value) << parquet << " row " << i;
     EXPECT_EQ(got->records[i].line, static_cast<int64_t>(i) + 1);
   }
+}
+
+void ExpectRows(const std::string& parquet) {
+  ExpectSameRows(parquet, "data/testdata/rows.expected.jsonl");
+  auto got = ReadParquetRecords(parquet);
+  ASSERT_TRUE(got.ok()) << got.status();
   // A null, an empty string and a non-ASCII one.
   EXPECT_TRUE(got->records[5].value["output"].is_null());
   EXPECT_EQ(got->records[1].value["input"], "");
@@ -47,6 +53,23 @@ TEST(ParquetRecordsTest, UncompressedPlainPagesV2) {
   ExpectRows("data/testdata/rows_v2_plain.parquet");
 }
 
+// Lists of structs (with empty and null lists, null elements and fields), structs and lists
+// of integers, assembled from repetition and definition levels.
+TEST(ParquetRecordsTest, NestedListsAndStructs) {
+  ExpectSameRows("data/testdata/rows_nested.parquet", "data/testdata/rows_nested.expected.jsonl");
+  ExpectSameRows("data/testdata/rows_nested_v2.parquet",
+                 "data/testdata/rows_nested.expected.jsonl");
+  auto got = ReadParquetRecords("data/testdata/rows_nested.parquet");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const nlohmann::json& r2 = got->records[2].value;
+  ASSERT_TRUE(r2["conversations"].is_array());
+  ASSERT_EQ(r2["conversations"].size(), 3u);
+  EXPECT_EQ(r2["conversations"][2]["from"], "gpt");
+  EXPECT_EQ(r2["conversations"][2]["value"], "G2");
+  EXPECT_TRUE(got->records[3].value["conversations"].empty());    // []
+  EXPECT_TRUE(got->records[5].value["conversations"].is_null());  // null
+}
+
 TEST(ParquetRecordsTest, ReadRecordsFileDispatchesOnExtension) {
   auto parquet = ReadRecordsFile("data/testdata/rows_snappy.parquet");
   ASSERT_TRUE(parquet.ok()) << parquet.status();
@@ -57,10 +80,13 @@ TEST(ParquetRecordsTest, ReadRecordsFileDispatchesOnExtension) {
 }
 
 TEST(ParquetRecordsTest, UnreadablePartsAreNamed) {
-  auto nested = ReadParquetRecords("data/testdata/nested.parquet");
-  EXPECT_EQ(nested.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(nested.status().message()),
-              HasSubstr("column 'messages' is nested (a list or struct)"));
+  auto grid = ReadParquetRecords("data/testdata/list_of_lists.parquet");
+  EXPECT_EQ(grid.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(grid.status().message()),
+              HasSubstr("column 'grid.list.element.list.element' is nested in more than one list"));
+  auto map = ReadParquetRecords("data/testdata/map.parquet");
+  EXPECT_EQ(map.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(map.status().message()), HasSubstr("column 'attrs' is a map"));
   auto zstd = ReadParquetRecords("data/testdata/zstd.parquet");
   EXPECT_EQ(zstd.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(zstd.status().message()),
@@ -70,23 +96,26 @@ TEST(ParquetRecordsTest, UnreadablePartsAreNamed) {
 }
 
 TEST(ParquetRecordsTest, DamagedFilesAreErrorsNotCrashes) {
-  const std::string good = Slurp("data/testdata/rows_snappy.parquet");
-  ASSERT_GT(good.size(), 1000u);
-  EXPECT_EQ(ParseParquetRecords(good.substr(0, good.size() / 2), "half.parquet").status().code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ParseParquetRecords("PAR1", "tiny.parquet").status().code(),
-            absl::StatusCode::kDataLoss);
-  // Random byte changes anywhere: an error or (rarely) rows, never a crash or a hang.
-  Generator rng(7);
-  int errors = 0;
-  for (int trial = 0; trial < 400; ++trial) {
-    std::string bad = good;
-    for (int k = 0; k < 3; ++k) {
-      bad[rng.NextUint32() % bad.size()] = static_cast<char>(rng.NextUint32());
+  for (const char* fixture :
+       {"data/testdata/rows_snappy.parquet", "data/testdata/rows_nested.parquet"}) {
+    const std::string good = Slurp(fixture);
+    ASSERT_GT(good.size(), 1000u);
+    EXPECT_EQ(ParseParquetRecords(good.substr(0, good.size() / 2), "half.parquet").status().code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_EQ(ParseParquetRecords("PAR1", "tiny.parquet").status().code(),
+              absl::StatusCode::kDataLoss);
+    // Random byte changes anywhere: an error or (rarely) rows, never a crash or a hang.
+    Generator rng(7);
+    int errors = 0;
+    for (int trial = 0; trial < 400; ++trial) {
+      std::string bad = good;
+      for (int k = 0; k < 3; ++k) {
+        bad[rng.NextUint32() % bad.size()] = static_cast<char>(rng.NextUint32());
+      }
+      errors += !ParseParquetRecords(bad, "bad.parquet").ok();
     }
-    errors += !ParseParquetRecords(bad, "bad.parquet").ok();
+    EXPECT_GT(errors, 0);
   }
-  EXPECT_GT(errors, 0);
 }
 
 }  // namespace
