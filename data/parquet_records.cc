@@ -1,5 +1,6 @@
 #include "data/parquet_records.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -554,7 +555,10 @@ class ChunkReader {
         continue;
       }
       if (h.type != kDataPage && h.type != kDataPageV2) continue;  // index pages
-      if (h.num_values <= 0 || h.num_values > chunk_.num_values - values) {
+      // Values cost at least a bit each, bar runs of nulls: the bound keeps a damaged count
+      // from allocating far beyond the page.
+      if (h.num_values <= 0 || h.num_values > chunk_.num_values - values ||
+          h.num_values > std::max<int64_t>(8 * h.uncompressed_size + 8, 1 << 20)) {
         return Damaged("page value count");
       }
       CCTUNE_RETURN_IF_ERROR(ReadDataPage(h, body, out));
@@ -711,6 +715,10 @@ absl::Status Assemble(const std::vector<Column>& schema, const Leaf& leaf,
       const Column& node = schema[leaf.path[i]];
       const bool last = i + 1 == leaf.path.size();
       if (node.repetition != kRequired) ++level;
+      if (!cur->is_object()) {  // two columns claim one place: only a damaged schema does that
+        return absl::DataLossError(
+            absl::StrCat("column '", leaf.dotted, "': damaged Parquet file (schema paths)"));
+      }
       Json& slot = (*cur)[node.name];
       if (t.def < level) {  // undefined from here on
         if (slot.is_null()) slot = node.repetition == kRepeated ? Json::array() : Json();
@@ -882,8 +890,10 @@ absl::StatusOr<JsonRecords> ParseParquetRecords(const std::string& bytes, const 
     std::vector<Json> group(rg.num_rows, Json::object());
     for (size_t c = 0; c < leaves.size(); ++c) {
       const Chunk& chunk = rg.chunks[c];
-      if (leaves[c].max_rep == 0 ? chunk.num_values != rg.num_rows
-                                 : chunk.num_values < rg.num_rows) {
+      if (leaves[c].max_rep == 0
+              ? chunk.num_values != rg.num_rows
+              : chunk.num_values < rg.num_rows ||
+                    static_cast<uint64_t>(chunk.num_values) > 8 * bytes.size() + 1024) {
         return damaged("column value count");
       }
       std::vector<Triple> triples;
