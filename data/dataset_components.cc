@@ -170,6 +170,14 @@ Result MakeSyntheticArithmetic(const ConfigNode& node, const DatasetContext& ctx
   if (ctx.tokenizer == nullptr) {
     return absl::InvalidArgumentError("synthetic_arithmetic needs a tokenizer");
   }
+  // One generated split; held-out data is another first_index, not another split name.
+  CCTUNE_ASSIGN_OR_RETURN(const std::string split, node.GetString("split"));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string split_name, SplitName(split));
+  if (split_name != "train") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic_arithmetic has one split, 'train' (or a slice of it), got split '", split,
+        "'; a held-out set is another first_index"));
+  }
   CCTUNE_ASSIGN_OR_RETURN(int64_t num_samples, node.GetInt("num_samples"));
   CCTUNE_ASSIGN_OR_RETURN(int64_t seed, node.GetInt("seed"));
   CCTUNE_ASSIGN_OR_RETURN(int64_t max_digits, node.GetInt("max_digits"));

@@ -179,6 +179,8 @@ TEST(SyntheticArithmeticTest, SplitAndPacking) {
   auto no_len = Make(head + "  packed: true\n");
   EXPECT_FALSE(no_len.ok());
   EXPECT_THAT(std::string(no_len.status().message()), HasSubstr("max_seq_len"));
+}
+
 std::vector<int32_t> Bytes(const std::string& text) {
   std::vector<int32_t> out;
   for (unsigned char c : text) out.push_back(c);
