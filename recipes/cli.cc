@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
 #include "recipes/lora_finetune_single_device.h"
+#include "recipes/recipe_main.h"
 
 namespace cctune {
 
@@ -248,25 +250,24 @@ int Run(const std::vector<std::string>& args) {
 }  // namespace
 
 const std::vector<RecipeInfo>& Recipes() {
+  // `cctune run <recipe>` is the recipe binary's main (recipes/recipe_main.h).
+  const auto info = [](const RecipeEntry& entry, std::vector<std::string> configs) {
+    return RecipeInfo{entry.prog, std::move(configs),
+                      [&entry](const std::vector<std::string>& args) {
+                        return RecipeMain(entry, args);
+                      },
+                      entry.validate, entry.register_components};
+  };
   static const auto* const recipes = new std::vector<RecipeInfo>{
-      RecipeInfo{"generate",
-                 {"llama2/7B_generation", "llama3_1/8B_generation", "llama3_2/1B_generation",
-                  "llama2c/generation", "demo/generation"},
-                 GenerateMain,
-                 ValidateGenerateConfig,
-                 RegisterGenerateComponents},
-      RecipeInfo{"full_finetune_single_device",
-                 {"demo/full_finetune", "llama3_1/8B_full_single_device",
-                  "llama3_2/1B_full_single_device"},
-                 FullFinetuneMain,
-                 ValidateFullFinetuneConfig,
-                 RegisterFullFinetuneComponents},
-      RecipeInfo{"lora_finetune_single_device",
-                 {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
-                  "llama3_2/1B_lora_single_device"},
-                 LoRAFinetuneMain,
-                 ValidateLoRAFinetuneConfig,
-                 RegisterLoRAFinetuneComponents},
+      info(GenerateRecipe(),
+           {"llama2/7B_generation", "llama3_1/8B_generation", "llama3_2/1B_generation",
+            "llama2c/generation", "demo/generation"}),
+      info(FullFinetuneRecipe(),
+           {"demo/full_finetune", "llama3_1/8B_full_single_device",
+            "llama3_2/1B_full_single_device"}),
+      info(LoRAFinetuneRecipe(),
+           {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
+            "llama3_2/1B_lora_single_device"}),
   };
   return *recipes;
 }

@@ -115,8 +115,7 @@ class CudaRecipesTest : public ::testing::TestWithParam<Recipe> {
                             Config::FromString(ConfigYaml(Out(name), GetParam(), device)));
     CCTUNE_RETURN_IF_ERROR(config.ApplyOverrides(overrides));
     CCTUNE_RETURN_IF_ERROR(config.Resolve());
-    return GetParam() == Recipe::kFull ? RunFullFinetuneRecipe(config)
-                                       : RunLoRAFinetuneRecipe(config);
+    return (GetParam() == Recipe::kFull ? FullFinetuneRecipe() : LoRAFinetuneRecipe()).run(config);
   }
   std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
   std::string dir_;

@@ -9,12 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "checkpoint/atomic_file.h"
 #include "core/device_interface.h"
 #include "core/status.h"
 #include "data/dataset_components.h"
-#include "recipes/builtin_configs.h"
 #include "recipes/config_checks.h"
 #include "recipes/finetune_utils.h"
 #include "training/interrupt.h"
@@ -297,7 +295,7 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
                           : loop.base_lr;
     loop.optimizer->set_lr(lr);
     absl::StatusOr<TrainStepResult> r =
-        TrainStep(*loop.trainer, *loop.optimizer, micro, loop.clip_norm);
+        TrainStep(*loop.trainer, *loop.optimizer, micro, loop.clip_norm, loop.after_backward);
     if (!r.ok()) {
       return absl::Status(r.status().code(),
                           absl::StrCat("training stopped at step ", step + 1, " (epoch ", epoch,
@@ -357,64 +355,6 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
   }
   bar.Close();
   return loop.logger->Close();
-}
-
-int RecipeMain(const RecipeEntry& entry, const std::vector<std::string>& args) {
-  const char* const prog = entry.prog;
-  std::string config_arg;
-  std::vector<std::string> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::fprintf(stdout, "usage: %s --config <path or built-in name> [key=value ...]\n\n%s",
-                   prog, entry.schema().Describe().c_str());
-      return 0;
-    }
-    if (a == "--config") {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "%s: --config needs a value\n", prog);
-        return 2;
-      }
-      config_arg = args[++i];
-    } else if (absl::StartsWith(a, "--config=")) {
-      config_arg = a.substr(9);
-    } else {
-      overrides.push_back(a);
-    }
-  }
-  if (config_arg.empty()) {
-    std::fprintf(stderr, "usage: %s --config <path or built-in name> [key=value ...]\n", prog);
-    return 2;
-  }
-  absl::Status registered = entry.register_components();
-  if (!registered.ok()) {
-    std::fprintf(stderr, "%s: %s\n", prog, registered.ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
-  if (!config.ok()) {
-    std::fprintf(stderr, "%s: %s\n", prog, std::string(config.status().message()).c_str());
-    return 1;
-  }
-  const std::vector<ConfigError> errors = entry.validate(*config);
-  if (!errors.empty()) {
-    std::fprintf(stderr, "%s: %s\n", prog, std::string(ErrorsToStatus(errors).message()).c_str());
-    return 1;
-  }
-  absl::Status resolved = config->Resolve();
-  if (!resolved.ok()) {
-    std::fprintf(stderr, "%s: %s\n", prog, std::string(resolved.message()).c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "Running %s with resolved config:\n\n%s\n", prog,
-               config->ToYaml().c_str());
-  absl::Status st = entry.run(*config);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", prog, std::string(st.message()).c_str());
-    if (const std::optional<int> sig = InterruptSignal(st)) return InterruptExitCode(*sig);
-    return 1;
-  }
-  return 0;
 }
 
 }  // namespace cctune

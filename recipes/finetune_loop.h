@@ -1,8 +1,7 @@
-// The part of the two fine-tune recipes that does not depend on what is trained (all weights
-// or LoRA adapters): the command-line entry, finding and restoring the recipe state of the
-// latest checkpoint, the metric logger, and the epoch/step loop with its logging, validation,
-// checkpoint periods and non-finite stop. Each recipe keeps what differs: building the model,
-// which parameters train, and what a checkpoint holds.
+// The pieces of the fine-tune skeleton (recipes/finetune_recipe.h) that do not depend on what
+// is trained: the schema and settings, the data, restoring the recipe state of the latest
+// checkpoint, the metric logger, and the epoch/step loop with its logging, validation,
+// checkpoint periods, preemption and non-finite stop.
 #ifndef CCTUNE_RECIPES_FINETUNE_LOOP_H_
 #define CCTUNE_RECIPES_FINETUNE_LOOP_H_
 
@@ -30,6 +29,7 @@
 #include "training/metric_logger.h"
 #include "training/optim.h"
 #include "training/recipe_state.h"
+#include "training/train_step.h"
 
 namespace cctune {
 
@@ -120,6 +120,7 @@ struct TrainingLoop {
   int64_t steps_per_epoch = 1;
   int64_t accum = 1;  // gradient_accumulation_steps
   double clip_norm = 0;  // 0: no clipping
+  GradientHook after_backward;  // on each step's gradients before clipping (null: none)
   int64_t log_every = 1;
   bool log_memory = true;
   int64_t eval_every = 0;  // 0: at epoch ends
@@ -150,19 +151,6 @@ TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& dat
 // error (which names the file and the errno text) and the last good checkpoint, which LATEST
 // still names.
 absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress);
-
-// A recipe binary's main: `--config <name or path> [key=value ...]` and `--help`; registers
-// the components, loads and validates the config (every error at once), resolves it, prints
-// it and runs it. Returns the exit code (0, 1 on errors, 2 on usage errors, 128 + signo when
-// a signal stopped the run: 143 for SIGTERM, 130 for SIGINT).
-struct RecipeEntry {
-  const char* prog;
-  const Schema& (*schema)();
-  std::function<absl::Status()> register_components;
-  std::function<std::vector<ConfigError>(const Config&)> validate;
-  std::function<absl::Status(const Config&)> run;
-};
-int RecipeMain(const RecipeEntry& entry, const std::vector<std::string>& args);
 
 }  // namespace cctune
 

@@ -13,31 +13,13 @@
 #ifndef CCTUNE_RECIPES_FULL_FINETUNE_SINGLE_DEVICE_H_
 #define CCTUNE_RECIPES_FULL_FINETUNE_SINGLE_DEVICE_H_
 
-#include <string>
-#include <vector>
-
-#include "absl/status/status.h"
-#include "config/config.h"
-#include "config/node.h"
-#include "config/schema.h"
+#include "recipes/recipe_main.h"
 
 namespace cctune {
 
-// The recipe's top-level keys (docs/config_reference.md,
-// "Recipe keys: full_finetune_single_device").
-const Schema& FullFinetuneRecipeSchema();
-
-// Registers every component kind the recipe instantiates.
-absl::Status RegisterFullFinetuneComponents();
-
-// Every problem of `config`: schema, components, checkpoint and dataset files that do not exist.
-std::vector<ConfigError> ValidateFullFinetuneConfig(const Config& config);
-
-// Runs the recipe on a resolved, valid config.
-absl::Status RunFullFinetuneRecipe(const Config& config);
-
-// --config <path or built-in name> [key=value ...]; returns the process exit code.
-int FullFinetuneMain(const std::vector<std::string>& args);
+// The recipe for RecipeMain and `cctune run`: its keys (docs/config_reference.md,
+// "Recipe keys: full_finetune_single_device"), validation and run (recipes/finetune_recipe.h).
+const RecipeEntry& FullFinetuneRecipe();
 
 }  // namespace cctune
 

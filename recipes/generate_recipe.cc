@@ -6,9 +6,7 @@
 #include <random>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "checkpoint/checkpointer_components.h"
 #include "config/validate.h"
 #include "core/device.h"
@@ -284,61 +282,15 @@ absl::Status RunGenerateRecipe(const Config& config) {
   return absl::OkStatus();
 }
 
-int GenerateMain(const std::vector<std::string>& args) {
-  std::string config_arg;
-  std::vector<std::string> overrides;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::fprintf(stdout,
-                   "usage: generate --config <path or built-in name> [key=value ...]\n\n"
-                   "Keys (docs/config_reference.md):\n%s\nprompt keys:\n%s",
-                   GenerateRecipeSchema().Describe().c_str(), PromptSchema().Describe().c_str());
-      return 0;
-    }
-    if (a == "--config") {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "generate: --config needs a value\n");
-        return 2;
-      }
-      config_arg = args[++i];
-    } else if (absl::StartsWith(a, "--config=")) {
-      config_arg = a.substr(9);
-    } else {
-      overrides.push_back(a);
-    }
-  }
-  if (config_arg.empty()) {
-    std::fprintf(stderr, "usage: generate --config <path or built-in name> [key=value ...]\n");
-    return 2;
-  }
-  absl::Status registered = RegisterGenerateComponents();
-  if (!registered.ok()) {
-    std::fprintf(stderr, "generate: %s\n", registered.ToString().c_str());
-    return 1;
-  }
-  absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
-  if (!config.ok()) {
-    std::fprintf(stderr, "generate: %s\n", std::string(config.status().message()).c_str());
-    return 1;
-  }
-  const std::vector<ConfigError> errors = ValidateGenerateConfig(*config);
-  if (!errors.empty()) {
-    std::fprintf(stderr, "generate: %s\n", std::string(ErrorsToStatus(errors).message()).c_str());
-    return 1;
-  }
-  absl::Status resolved = config->Resolve();
-  if (!resolved.ok()) {
-    std::fprintf(stderr, "generate: %s\n", std::string(resolved.message()).c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "Running generate with resolved config:\n\n%s\n", config->ToYaml().c_str());
-  absl::Status st = RunGenerateRecipe(*config);
-  if (!st.ok()) {
-    std::fprintf(stderr, "generate: %s\n", std::string(st.message()).c_str());
-    return 1;
-  }
-  return 0;
+const RecipeEntry& GenerateRecipe() {
+  static const RecipeEntry* const recipe = new RecipeEntry{
+      "generate", GenerateRecipeSchema, RegisterGenerateComponents, ValidateGenerateConfig,
+      RunGenerateRecipe, [] {
+        return absl::StrCat("Keys (docs/config_reference.md):\n",
+                            GenerateRecipeSchema().Describe(), "\nprompt keys:\n",
+                            PromptSchema().Describe());
+      }};
+  return *recipe;
 }
 
 }  // namespace cctune

@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "config/node.h"
 #include "config/schema.h"
+#include "recipes/recipe_main.h"
 
 namespace cctune {
 
@@ -34,9 +35,8 @@ std::vector<ConfigError> ValidateGenerateConfig(const Config& config);
 // Runs the recipe on a resolved, valid config.
 absl::Status RunGenerateRecipe(const Config& config);
 
-// The command line after the program name: --config <path or built-in name> [key=value ...].
-// Returns the process exit code (0 on success; errors go to stderr).
-int GenerateMain(const std::vector<std::string>& args);
+// The recipe for RecipeMain and `cctune run` (--help adds the prompt keys).
+const RecipeEntry& GenerateRecipe();
 
 }  // namespace cctune
 

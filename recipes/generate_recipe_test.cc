@@ -80,10 +80,10 @@ TEST_F(ValidateGenerateConfigTest, MissingPieces) {
 }
 
 TEST(GenerateMainTest, Usage) {
-  EXPECT_EQ(GenerateMain({}), 2);
-  EXPECT_EQ(GenerateMain({"--config"}), 2);
-  EXPECT_EQ(GenerateMain({"--help"}), 0);
-  EXPECT_EQ(GenerateMain({"--config", "/no/such.yaml"}), 1);
+  EXPECT_EQ(RecipeMain(GenerateRecipe(), {}), 2);
+  EXPECT_EQ(RecipeMain(GenerateRecipe(), {"--config"}), 2);
+  EXPECT_EQ(RecipeMain(GenerateRecipe(), {"--help"}), 0);
+  EXPECT_EQ(RecipeMain(GenerateRecipe(), {"--config", "/no/such.yaml"}), 1);
 }
 
 }  // namespace

@@ -1,69 +1,26 @@
 #include "recipes/lora_finetune_single_device.h"
 
-#include <cstdio>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/checkpointer_components.h"
 #include "checkpoint/hf.h"
 #include "checkpoint/peft.h"
-#include "config/validate.h"
-#include "core/device.h"
-#include "core/random.h"
 #include "core/status.h"
-#include "data/collate.h"
-#include "data/data_loader.h"
-#include "data/dataset_components.h"
 #include "models/decoder_builder.h"
 #include "models/lora.h"
 #include "models/registry.h"
-#include "modules/parameters.h"
-#include "recipes/builtin_configs.h"
-#include "recipes/checkpoint_dir.h"
-#include "recipes/config_checks.h"
-#include "recipes/finetune_loop.h"
-#include "recipes/finetune_utils.h"
+#include "recipes/finetune_recipe.h"
 #include "recipes/model_components.h"
-#include "tokenizers/tokenizer_components.h"
-#include "training/decoder_trainer.h"
-#include "training/metric_logger_components.h"
-#include "training/recipe_state.h"
-#include "training/train_step.h"
-#include "training/training_components.h"
 
 namespace cctune {
 
 namespace {
-
-
-Schema BuildSchema() {
-  return FinetuneRecipeSchema(
-      "lora_finetune_single_device",
-      "LoRA fine-tune on one device (recipes/lora_finetune_single_device)",
-      "checkpoints (step_<N>/: adapter, merged weights, state; LATEST) and logs",
-      "LoRA model builder (torchtune.models.*.lora_*)",
-      "base weights (HF or llama2.c); null: random init from seed");
-}
-
-struct Run {
-  std::unique_ptr<TransformerDecoder> model;
-  ParameterArena params;
-  ParameterArena grads;
-  std::unique_ptr<DecoderTrainer> trainer;
-  std::unique_ptr<Optimizer> optimizer;
-  std::optional<CosineScheduleWithWarmup> schedule;
-  double base_lr = 0;
-  HfModelConfig hf_config;
-  DType dtype = DType::kF32;
-  PeftAdapterConfig adapter_config;
-};
 
 // The LoRA hyper-parameters the model node sets (the builders' defaults otherwise).
 absl::StatusOr<PeftAdapterConfig> AdapterConfigFromModelNode(const ConfigNode& model) {
@@ -158,21 +115,6 @@ absl::StatusOr<StateDict> MergedStateDict(const StateDict& state_dict, double sc
   return merged;
 }
 
-// Writes the weights of <output_dir>/step_<step>/, then FinishCheckpoint.
-absl::Status SaveCheckpoint(const std::string& output_dir, const Run& run, RecipeState state) {
-  const std::string name = CheckpointName(state.proto.step());
-  const std::string dir = absl::StrCat(output_dir, "/", name);
-  const StateDict state_dict = run.params.ExportStateDict();
-  CCTUNE_RETURN_IF_ERROR(SavePeftAdapter(dir, state_dict, run.adapter_config, run.hf_config));
-  CCTUNE_ASSIGN_OR_RETURN(
-      StateDict merged,
-      MergedStateDict(state_dict, run.adapter_config.lora_alpha /
-                                      static_cast<double>(run.adapter_config.r)));
-  HfSaveOptions save_options;
-  CCTUNE_RETURN_IF_ERROR(SaveHfCheckpoint(dir, merged, run.hf_config, save_options));
-  return FinishCheckpoint(output_dir, name, *run.optimizer, std::move(state));
-}
-
 absl::StatusOr<LoRAOptions> ParseTinyLoRAArgs(const ModelArgs& args, absl::string_view builder) {
   LoRAOptions o;
   if (auto it = args.find("lora_attn_modules"); it != args.end()) {
@@ -244,87 +186,56 @@ absl::Status RegisterLoRAModelComponents() {
   return status;
 }
 
-}  // namespace
-
-const Schema& LoRAFinetuneRecipeSchema() {
-  static const Schema* const schema = new Schema(BuildSchema());
-  return *schema;
-}
-
-absl::Status RegisterLoRAFinetuneComponents() {
-  CCTUNE_RETURN_IF_ERROR(RegisterLoRAModelComponents());
-  CCTUNE_RETURN_IF_ERROR(RegisterCheckpointers());
-  CCTUNE_RETURN_IF_ERROR(RegisterTokenizers());
-  CCTUNE_RETURN_IF_ERROR(RegisterDatasets());
-  CCTUNE_RETURN_IF_ERROR(RegisterMetricLoggers());
-  CCTUNE_RETURN_IF_ERROR(RegisterTrainingComponents());
-  return absl::OkStatus();
-}
-
-std::vector<ConfigError> ValidateLoRAFinetuneConfig(const Config& config) {
-  CCTUNE_CHECK_OK(RegisterLoRAFinetuneComponents());
-  std::vector<ConfigError> errors = Validate(config, LoRAFinetuneRecipeSchema());
-  Config resolved = config;
-  if (!resolved.resolved()) resolved.ResolveCollectingErrors();
-  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
-    CheckCheckpointFilesExist(*ck, &errors);
+// Only the adapters train (the base is frozen: no gradients, no optimizer state); a
+// checkpoint holds the PEFT adapter and the merged weights (W + alpha/rank * B.A).
+class LoRAStrategy final : public FinetuneStrategy {
+ public:
+  FinetuneRecipeDocs docs() const override {
+    return {"lora_finetune_single_device",
+            "LoRA fine-tune on one device (recipes/lora_finetune_single_device)",
+            "checkpoints (step_<N>/: adapter, merged weights, state; LATEST) and logs",
+            "LoRA model builder (torchtune.models.*.lora_*)",
+            "base weights (HF or llama2.c); null: random init from seed"};
   }
-  CheckCheckpointerOutputDir(resolved.root(), &errors);
-  for (const char* key : {"dataset", "validation_dataset"}) {
-    for (ConfigError& e : MissingDatasetFiles(resolved.root(), key)) errors.push_back(e);
-  }
-  if (const ConfigNode* m = resolved.Find("model"); m != nullptr && m->IsMap()) {
+  absl::Status RegisterModels() const override { return RegisterLoRAModelComponents(); }
+
+  void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
+    const ConfigNode* m = root.Find("model");
+    if (m == nullptr || !m->IsMap()) return;
     if (absl::Status s = AdapterConfigFromModelNode(*m).status(); !s.ok()) {
       ConfigError e;
       e.location = m->location();
       e.key = "model";
       e.message = std::string(s.message());
-      errors.push_back(std::move(e));
+      errors->push_back(std::move(e));
     }
   }
-  return errors;
-}
 
-absl::Status RunLoRAFinetuneRecipe(const Config& config) {
-  CCTUNE_RETURN_IF_ERROR(RegisterLoRAFinetuneComponents());
-  const ConfigNode root = WithDefaults(config.root(), LoRAFinetuneRecipeSchema());
-  CCTUNE_ASSIGN_OR_RETURN(const FinetuneSettings s, ReadFinetuneSettings(root));
-  const Device& device = s.device;
-  const std::string& output_dir = s.output_dir;
-  const int64_t seed = s.seed;
-  Run run;
-  run.dtype = s.dtype;
+  absl::Status Configure(const ConfigNode& root) override {
+    const ConfigNode* model = root.Find("model");
+    CCTUNE_CHECK(model != nullptr, "validated config without model");
+    CCTUNE_ASSIGN_OR_RETURN(adapter_config_, AdapterConfigFromModelNode(*model));
+    return absl::OkStatus();
+  }
 
-  // Tokenizer, initial weights, model.
-  CCTUNE_ASSIGN_OR_RETURN(TokenizerComponent tok,
-                          TokenizerRegistry().InstantiateKey(root, "tokenizer"));
-  Generator gen(static_cast<uint64_t>(seed));
-  const ConfigNode* model_node = root.Find("model");
-  CCTUNE_CHECK(model_node != nullptr, "validated config without model");
-  CCTUNE_ASSIGN_OR_RETURN(run.adapter_config, AdapterConfigFromModelNode(*model_node));
-  const ConfigNode* ck_node = root.Find("checkpointer");
-  // Adapters start from their own init (lora_a random, lora_b zero) for `seed`; with a
-  // checkpoint only they are initialised (in an adapter-only arena, then copied in), not the
-  // base that the checkpoint overwrites.
-  if (ck_node != nullptr && !ck_node->IsNull()) {
-    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
-                            CheckpointerRegistry().Instantiate(*ck_node));
-    CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
-    CCTUNE_ASSIGN_OR_RETURN(run.model, ModelComponentRegistry().InstantiateKey(
-                                           root, "model", ckpt.model_args));
-    CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*run.model, ckpt));
-    CCTUNE_ASSIGN_OR_RETURN(run.params, ParameterArena::Create(*run.model, run.dtype, device));
-    CCTUNE_ASSIGN_OR_RETURN(ParameterLayout adapter_layout,
-                            LoRATrainableLayout(*run.model, run.dtype));
+  // The base from the checkpoint (adapter names missing from it); the adapters from their own
+  // init for the seed (lora_a random, lora_b zero), in an adapter-only arena copied in, so that
+  // the generator draws for them only.
+  absl::StatusOr<ParameterArena> LoadCheckpointWeights(TransformerDecoder& model,
+                                                       const LoadedCheckpoint& ckpt, DType dtype,
+                                                       const Device& device,
+                                                       Generator& gen) override {
+    CCTUNE_ASSIGN_OR_RETURN(ParameterArena params, ParameterArena::Create(model, dtype, device));
+    CCTUNE_ASSIGN_OR_RETURN(ParameterLayout adapter_layout, LoRATrainableLayout(model, dtype));
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena adapter_init,
                             ParameterArena::Allocate(adapter_layout, device));
     CCTUNE_RETURN_IF_ERROR(adapter_init.InitializeRandom(gen));
     CCTUNE_RETURN_IF_ERROR(
-        run.params.LoadStateDict(adapter_init.ExportStateDict(), /*strict=*/false).status());
+        params.LoadStateDict(adapter_init.ExportStateDict(), /*strict=*/false).status());
     StateDict base = ckpt.state_dict;
-    if (run.params.layout().Find("output.weight") == nullptr) base.erase("output.weight");
+    if (params.layout().Find("output.weight") == nullptr) base.erase("output.weight");
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena::LoadReport report,
-                            run.params.LoadStateDict(base, /*strict=*/false));
+                            params.LoadStateDict(base, /*strict=*/false));
     std::vector<std::string> problems;
     for (const std::string& name : report.missing) {
       if (!IsLoRAParameter(name)) problems.push_back(absl::StrCat("missing ", name));
@@ -337,96 +248,72 @@ absl::Status RunLoRAFinetuneRecipe(const Config& config) {
           absl::StrCat("checkpoint does not fit the LoRA model's base weights: ",
                        absl::StrJoin(problems, ", ")));
     }
-  } else {
-    CCTUNE_ASSIGN_OR_RETURN(run.model,
-                            ModelComponentRegistry().InstantiateKey(root, "model", ModelArgs()));
-    CCTUNE_ASSIGN_OR_RETURN(run.params, ParameterArena::Create(*run.model, run.dtype, device));
-    CCTUNE_RETURN_IF_ERROR(run.params.InitializeRandom(gen));
+    return params;
   }
-  if (NumLoRAParameters(*run.model) == 0) {
-    return absl::InvalidArgumentError(
-        "model: the builder has no LoRA adapters (use a lora_* builder, e.g. "
-        "torchtune.models.llama3_2.lora_llama3_2_1b, with lora_attn_modules)");
-  }
-  if (tok.tokenizer->vocab_size() > run.model->vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the tokenizer has ", tok.tokenizer->vocab_size(), " tokens but the model only ",
-        run.model->vocab_size(), ": set model.vocab_size"));
-  }
-  run.hf_config = ModelHfConfig(*run.model, run.params, run.dtype);
-  run.adapter_config.target_modules = LoRATargetModules(run.params.ExportStateDict());
-  CCTUNE_ASSIGN_OR_RETURN(ParameterLayout trainable,
-                          LoRATrainableLayout(*run.model, DType::kF32));
-  CCTUNE_ASSIGN_OR_RETURN(run.grads, ParameterArena::Allocate(trainable, device));
-  DecoderTrainerOptions trainer_options;
-  trainer_options.activation_checkpointing = s.activation_checkpointing;
-  trainer_options.frozen_if_missing = true;
-  CCTUNE_ASSIGN_OR_RETURN(run.trainer,
-                          DecoderTrainer::Create(run.model.get(), &run.grads, trainer_options));
-  // LoRA dropout draws its masks from the recipe's generator, whose state the checkpoints
-  // save (recipe_state rng) and a resume restores, so a resumed run drops the same elements.
-  run.trainer->set_generator(&gen);
-  CCTUNE_ASSIGN_OR_RETURN(std::vector<ParamBuffer> buffers,
-                          LoRAParamBuffers(run.params, run.grads));
-  CCTUNE_ASSIGN_OR_RETURN(run.optimizer,
-                          OptimizerRegistry().InstantiateKey(root, "optimizer", buffers));
-  run.base_lr = run.optimizer->lr();
-  CCTUNE_RETURN_IF_ERROR(ApplyLossComponent(root, run.trainer.get()));
 
-  // Data.
-  CCTUNE_ASSIGN_OR_RETURN(FinetuneData data, MakeFinetuneData(root, tok, s));
-  DataLoader& loader = *data.loader;
-  run.schedule = data.schedule;
+  absl::Status AfterLoad(const TransformerDecoder& model, const ParameterArena& params) override {
+    if (NumLoRAParameters(model) == 0) {
+      return absl::InvalidArgumentError(
+          "model: the builder has no LoRA adapters (use a lora_* builder, e.g. "
+          "torchtune.models.llama3_2.lora_llama3_2_1b, with lora_attn_modules)");
+    }
+    adapter_config_.target_modules = LoRATargetModules(params.ExportStateDict());
+    return absl::OkStatus();
+  }
 
-  // Resume.
-  RunProgress progress;
-  if (s.resume) {
-    CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(output_dir));
-    // The base is the checkpointer's (loaded above); the adapters are the checkpoint's.
-    CCTUNE_ASSIGN_OR_RETURN(PeftAdapter adapter, LoadPeftAdapter(dir, run.hf_config));
+  std::string DescribeTrainable(const TransformerDecoder& model) const override {
+    return absl::StrCat(", ", NumLoRAParameters(model), " of them trainable (LoRA)");
+  }
+
+  absl::StatusOr<ParameterLayout> TrainableLayout(const TransformerDecoder& model,
+                                                  const ParameterArena& params) const override {
+    return LoRATrainableLayout(model, DType::kF32);
+  }
+  void ConfigureTrainer(DecoderTrainerOptions* options) const override {
+    options->frozen_if_missing = true;
+  }
+  absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
+      const ParameterArena& params, const ParameterArena& grads) const override {
+    return LoRAParamBuffers(params, grads);
+  }
+
+  absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
+                           const HfModelConfig& config) const override {
+    const StateDict state_dict = params.ExportStateDict();
+    CCTUNE_RETURN_IF_ERROR(SavePeftAdapter(dir, state_dict, adapter_config_, config));
+    CCTUNE_ASSIGN_OR_RETURN(
+        StateDict merged,
+        MergedStateDict(state_dict,
+                        adapter_config_.lora_alpha / static_cast<double>(adapter_config_.r)));
+    return SaveHfCheckpoint(dir, merged, config, HfSaveOptions());
+  }
+
+  // The base stays the checkpointer's (loaded by the model step); the adapters are `dir`'s.
+  absl::Status RestoreWeights(const std::string& dir, const HfModelConfig& config,
+                              const ParameterLayout& trainable,
+                              ParameterArena& params) const override {
+    CCTUNE_ASSIGN_OR_RETURN(PeftAdapter adapter, LoadPeftAdapter(dir, config));
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena::LoadReport report,
-                            run.params.LoadStateDict(adapter.state_dict, /*strict=*/false));
-    if (!report.unexpected.empty() ||
-        report.loaded.size() != run.grads.layout().entries().size()) {
+                            params.LoadStateDict(adapter.state_dict, /*strict=*/false));
+    if (!report.unexpected.empty() || report.loaded.size() != trainable.entries().size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "resume: the adapter in ", dir, " does not match the model's adapters (",
           report.loaded.size(), " loaded, unexpected: ", absl::StrJoin(report.unexpected, ", "),
           ")"));
     }
-    CCTUNE_ASSIGN_OR_RETURN(progress,
-                            RestoreRecipeState(dir, seed, *run.optimizer, loader, gen));
+    return absl::OkStatus();
   }
 
-  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<MetricLogger> logger, MakeMetricLogger(root));
-  std::fprintf(stderr,
-               "Model has %lld parameters (%s), %lld of them trainable (LoRA); %lld samples, "
-               "%lld steps per epoch, %lld epochs\n",
-               static_cast<long long>(run.params.NumParameters()), s.dtype_name.c_str(),
-               static_cast<long long>(NumLoRAParameters(*run.model)),
-               static_cast<long long>(data.dataset->size()),
-               static_cast<long long>(data.steps_per_epoch), static_cast<long long>(s.epochs));
+ private:
+  PeftAdapterConfig adapter_config_;
+};
 
-  TrainingLoop loop = MakeTrainingLoop(s, data);
-  loop.trainer = run.trainer.get();
-  loop.optimizer = run.optimizer.get();
-  loop.schedule = run.schedule.has_value() ? &*run.schedule : nullptr;
-  loop.base_lr = run.base_lr;
-  loop.loader = &loader;
-  loop.val_loader = data.val_loader.has_value() ? &*data.val_loader : nullptr;
-  loop.logger = logger.get();
-  loop.save = [&](int64_t epoch) -> absl::StatusOr<std::string> {
-    CCTUNE_RETURN_IF_ERROR(
-        SaveCheckpoint(output_dir, run, MakeRecipeState(progress, epoch, seed, gen, loader)));
-    return absl::StrCat(output_dir, "/", CheckpointName(progress.step));
-  };
-  return RunTrainingLoop(loop, progress);
-}
+}  // namespace
 
-int LoRAFinetuneMain(const std::vector<std::string>& args) {
-  return RecipeMain({"lora_finetune_single_device", &LoRAFinetuneRecipeSchema,
-                     RegisterLoRAFinetuneComponents, ValidateLoRAFinetuneConfig,
-                     RunLoRAFinetuneRecipe},
-                    args);
+const RecipeEntry& LoRAFinetuneRecipe() {
+  static const RecipeEntry* const recipe =
+      new RecipeEntry(MakeFinetuneRecipe([] { return std::make_unique<LoRAStrategy>(); }));
+  return *recipe;
 }
 
 }  // namespace cctune

@@ -49,7 +49,8 @@ absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena&
 
 absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
                                           absl::Span<const MicroBatch> micro_batches,
-                                          double max_grad_norm) {
+                                          double max_grad_norm,
+                                          const GradientHook& after_backward) {
   TrainStepResult result;
   for (const MicroBatch& mb : micro_batches) {
     CCTUNE_ASSIGN_OR_RETURN(int64_t n, CountValidLabels(mb.labels));
@@ -71,6 +72,7 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
   }
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
   const std::vector<Tensor> grads = optimizer.Grads();
+  if (after_backward) CCTUNE_RETURN_IF_ERROR(after_backward(grads));
   if (max_grad_norm > 0) {
     CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, ClipGradNorm(grads, max_grad_norm));
   } else {

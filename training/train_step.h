@@ -12,6 +12,7 @@
 #define CCTUNE_TRAINING_TRAIN_STEP_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,14 +45,19 @@ struct TrainStepResult {
 absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena& params,
                                                            const ParameterArena& grads);
 
-// Zeroes the optimizer's gradients, runs trainer.ForwardBackward on every micro-batch,
-// clips the gradients to max_grad_norm (no clipping when <= 0; the norm is still reported)
-// and steps the optimizer, whose gradient buffers must be the trainer's gradient arena.
-// InvalidArgument when the step has no valid label; FailedPrecondition, with no update made,
-// when the loss or the gradient norm is not finite.
+// Processing of a step's gradients (the optimizer's Grads()) after the backward and before
+// the norm, clipping and update: e.g. a reduce-scatter across ranks. An error ends the step.
+using GradientHook = std::function<absl::Status(const std::vector<Tensor>& grads)>;
+
+// Zeroes the optimizer's gradients, runs trainer.ForwardBackward on every micro-batch, runs
+// `after_backward` (when set), clips the gradients to max_grad_norm (no clipping when <= 0;
+// the norm is still reported) and steps the optimizer, whose gradient buffers must be the
+// trainer's gradient arena. InvalidArgument when the step has no valid label;
+// FailedPrecondition, with no update made, when the loss or the gradient norm is not finite.
 absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
                                           absl::Span<const MicroBatch> micro_batches,
-                                          double max_grad_norm);
+                                          double max_grad_norm,
+                                          const GradientHook& after_backward = nullptr);
 
 }  // namespace cctune
 

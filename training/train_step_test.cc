@@ -231,6 +231,41 @@ TEST(TrainStepTest, ReportsThePreClipNormAndClipsToMaxNorm) {
   EXPECT_NEAR(Norm(Flat(m.grads)), max_norm, 1e-5 * max_norm);
 }
 
+// The after-backward hook (a reduce-scatter in the distributed recipes) sees the step's
+// gradients before the norm and the update: doubling them doubles the reported norm, and its
+// error ends the step with no update.
+TEST(TrainStepTest, AfterBackwardHookRunsBeforeTheNormAndTheUpdate) {
+  const DecoderConfig config = TinyConfig(false);
+  Model m = MakeModel(config, 13);
+  Generator gen(14);
+  const MicroBatch batch = MakeBatch(2, 5, config.vocab_size, gen);
+  SgdOptions so;
+  so.lr = 0.0;  // parameters stay put, so every step sees the same gradients
+  auto opt = ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), so));
+  const TrainStepResult plain = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0));
+  int calls = 0;
+  const GradientHook twice = [&](const std::vector<Tensor>& grads) -> absl::Status {
+    ++calls;
+    for (const Tensor& g : grads) {
+      float* p = g.data<float>();
+      for (int64_t i = 0; i < g.numel(); ++i) p[i] *= 2.0f;
+    }
+    return absl::OkStatus();
+  };
+  const TrainStepResult doubled = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0, twice));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(doubled.loss, plain.loss);
+  EXPECT_NEAR(doubled.grad_norm, 2.0 * plain.grad_norm, 1e-6 * plain.grad_norm);
+
+  const int64_t steps = opt->step();
+  const absl::Status st =
+      TrainStep(*m.trainer, *opt, {batch}, 0.0, [](const std::vector<Tensor>&) {
+        return absl::UnavailableError("peer gone");
+      }).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_EQ(opt->step(), steps);
+}
+
 TEST(TrainStepTest, RefusesStepsWithoutLabelsOrWithNonFiniteLoss) {
   const DecoderConfig config = TinyConfig(true);
   Model m = MakeModel(config, 11);

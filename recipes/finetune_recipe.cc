@@ -1,0 +1,219 @@
+#include "recipes/finetune_recipe.h"
+
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "config/validate.h"
+#include "core/status.h"
+#include "data/dataset_components.h"
+#include "recipes/checkpoint_dir.h"
+#include "recipes/finetune_loop.h"
+#include "recipes/finetune_utils.h"
+#include "recipes/model_components.h"
+#include "tokenizers/tokenizer_components.h"
+#include "training/metric_logger_components.h"
+#include "training/recipe_state.h"
+#include "training/training_components.h"
+
+namespace cctune {
+
+absl::Status FinetuneStrategy::RegisterModels() const { return RegisterModelComponents(); }
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> FinetuneStrategy::BuildModel(
+    const ConfigNode& root, const ModelArgs& args) {
+  return ModelComponentRegistry().InstantiateKey(root, "model", args);
+}
+
+namespace {
+
+absl::Status RegisterComponents(const FinetuneStrategy& strategy) {
+  CCTUNE_RETURN_IF_ERROR(strategy.RegisterModels());
+  CCTUNE_RETURN_IF_ERROR(RegisterCheckpointers());
+  CCTUNE_RETURN_IF_ERROR(RegisterTokenizers());
+  CCTUNE_RETURN_IF_ERROR(RegisterDatasets());
+  CCTUNE_RETURN_IF_ERROR(RegisterMetricLoggers());
+  CCTUNE_RETURN_IF_ERROR(RegisterTrainingComponents());
+  return absl::OkStatus();
+}
+
+std::vector<ConfigError> ValidateConfig(const Config& config, const FinetuneStrategy& strategy,
+                                        const Schema& schema) {
+  CCTUNE_CHECK_OK(RegisterComponents(strategy));
+  std::vector<ConfigError> errors = Validate(config, schema);
+  Config resolved = config;
+  if (!resolved.resolved()) resolved.ResolveCollectingErrors();  // errors already reported
+  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
+    CheckCheckpointFilesExist(*ck, &errors);
+  }
+  CheckCheckpointerOutputDir(resolved.root(), &errors);
+  for (const char* key : {"dataset", "validation_dataset"}) {
+    for (ConfigError& e : MissingDatasetFiles(resolved.root(), key)) errors.push_back(e);
+  }
+  strategy.Validate(resolved.root(), &errors);
+  return errors;
+}
+
+// One run: the steps of recipes/finetune_recipe.h in order, and what they build.
+class FinetuneRun {
+ public:
+  FinetuneRun(FinetuneStrategy& strategy, const ConfigNode& root, FinetuneSettings settings)
+      : strategy_(strategy), root_(root), s_(std::move(settings)),
+        gen_(static_cast<uint64_t>(s_.seed)) {}
+
+  absl::Status Run() {
+    CCTUNE_RETURN_IF_ERROR(strategy_.Configure(root_));
+    CCTUNE_RETURN_IF_ERROR(TokenizerStep());
+    CCTUNE_RETURN_IF_ERROR(ModelStep());
+    CCTUNE_RETURN_IF_ERROR(OptimizerStep());
+    CCTUNE_RETURN_IF_ERROR(DataStep());
+    CCTUNE_RETURN_IF_ERROR(RestoreStep());
+    return TrainingStep();
+  }
+
+ private:
+  absl::Status TokenizerStep() {
+    CCTUNE_ASSIGN_OR_RETURN(tok_, TokenizerRegistry().InstantiateKey(root_, "tokenizer"));
+    return absl::OkStatus();
+  }
+
+  // The model and its weights: the checkpointer's (sizing the model, as torchtune's order
+  // has it), or a random init from the seed.
+  absl::Status ModelStep() {
+    if (const ConfigNode* ck = root_.Find("checkpointer"); ck != nullptr && !ck->IsNull()) {
+      CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
+                              CheckpointerRegistry().Instantiate(*ck));
+      CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
+      CCTUNE_ASSIGN_OR_RETURN(model_, strategy_.BuildModel(root_, ckpt.model_args));
+      CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*model_, ckpt));
+      CCTUNE_ASSIGN_OR_RETURN(
+          params_, strategy_.LoadCheckpointWeights(*model_, ckpt, s_.dtype, s_.device, gen_));
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(model_, strategy_.BuildModel(root_, ModelArgs()));
+      CCTUNE_ASSIGN_OR_RETURN(params_, ParameterArena::Create(*model_, s_.dtype, s_.device));
+      CCTUNE_RETURN_IF_ERROR(params_.InitializeRandom(gen_));
+    }
+    CCTUNE_RETURN_IF_ERROR(strategy_.AfterLoad(*model_, params_));
+    if (tok_->tokenizer->vocab_size() > model_->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the tokenizer has ", tok_->tokenizer->vocab_size(), " tokens but the model only ",
+          model_->vocab_size(), ": set model.vocab_size"));
+    }
+    hf_config_ = ModelHfConfig(*model_, params_, s_.dtype);
+    return absl::OkStatus();
+  }
+
+  // The gradient arena of what trains, the trainer and the optimizer over them, and the
+  // loss component's settings on the trainer.
+  absl::Status OptimizerStep() {
+    CCTUNE_ASSIGN_OR_RETURN(const ParameterLayout trainable,
+                            strategy_.TrainableLayout(*model_, params_));
+    CCTUNE_ASSIGN_OR_RETURN(grads_, ParameterArena::Allocate(trainable, s_.device));
+    DecoderTrainerOptions options;
+    options.activation_checkpointing = s_.activation_checkpointing;
+    strategy_.ConfigureTrainer(&options);
+    CCTUNE_ASSIGN_OR_RETURN(trainer_, DecoderTrainer::Create(model_.get(), &grads_, options));
+    // Dropout (LoRA's) draws its masks from the recipe's generator, whose state the
+    // checkpoints save and a resume restores, so a resumed run drops the same elements.
+    trainer_->set_generator(&gen_);
+    CCTUNE_ASSIGN_OR_RETURN(std::vector<ParamBuffer> buffers,
+                            strategy_.OptimizerBuffers(params_, grads_));
+    CCTUNE_ASSIGN_OR_RETURN(optimizer_,
+                            OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers));
+    base_lr_ = optimizer_->lr();  // before a resume imports the optimizer's state
+    CCTUNE_RETURN_IF_ERROR(ApplyLossComponent(root_, trainer_.get()));
+    return absl::OkStatus();
+  }
+
+  absl::Status DataStep() {
+    CCTUNE_ASSIGN_OR_RETURN(data_, MakeFinetuneData(root_, *tok_, s_));
+    return absl::OkStatus();
+  }
+
+  // With resume_from_checkpoint: the weights and the recipe state of LATEST.
+  absl::Status RestoreStep() {
+    if (!s_.resume) return absl::OkStatus();
+    CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(s_.output_dir));
+    CCTUNE_RETURN_IF_ERROR(strategy_.RestoreWeights(dir, hf_config_, grads_.layout(), params_));
+    CCTUNE_ASSIGN_OR_RETURN(progress_,
+                            RestoreRecipeState(dir, s_.seed, *optimizer_, *data_->loader, gen_));
+    return absl::OkStatus();
+  }
+
+  absl::Status TrainingStep() {
+    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<MetricLogger> logger, MakeMetricLogger(root_));
+    std::fprintf(stderr,
+                 "Model has %lld parameters (%s)%s; %lld samples, %lld steps per epoch, %lld "
+                 "epochs\n",
+                 static_cast<long long>(params_.NumParameters()), s_.dtype_name.c_str(),
+                 strategy_.DescribeTrainable(*model_).c_str(),
+                 static_cast<long long>(data_->dataset->size()),
+                 static_cast<long long>(data_->steps_per_epoch),
+                 static_cast<long long>(s_.epochs));
+    TrainingLoop loop = MakeTrainingLoop(s_, *data_);
+    loop.trainer = trainer_.get();
+    loop.optimizer = optimizer_.get();
+    loop.schedule = data_->schedule.has_value() ? &*data_->schedule : nullptr;
+    loop.base_lr = base_lr_;
+    loop.loader = &*data_->loader;
+    loop.val_loader = data_->val_loader.has_value() ? &*data_->val_loader : nullptr;
+    loop.logger = logger.get();
+    loop.after_backward = strategy_.AfterBackward();
+    loop.save = [this](int64_t epoch) { return SaveStep(epoch); };
+    return RunTrainingLoop(loop, progress_);
+  }
+
+  // Checkpoint <output_dir>/step_<N>/: the strategy's weights, then the recipe state and
+  // LATEST (FinishCheckpoint).
+  absl::StatusOr<std::string> SaveStep(int64_t epoch) {
+    RecipeState state = MakeRecipeState(progress_, epoch, s_.seed, gen_, *data_->loader);
+    const std::string name = CheckpointName(progress_.step);
+    const std::string dir = absl::StrCat(s_.output_dir, "/", name);
+    CCTUNE_RETURN_IF_ERROR(strategy_.SaveWeights(dir, params_, hf_config_));
+    CCTUNE_RETURN_IF_ERROR(FinishCheckpoint(s_.output_dir, name, *optimizer_, std::move(state)));
+    return dir;
+  }
+
+  FinetuneStrategy& strategy_;
+  const ConfigNode& root_;
+  const FinetuneSettings s_;
+  Generator gen_;
+  std::optional<TokenizerComponent> tok_;
+  std::unique_ptr<TransformerDecoder> model_;
+  ParameterArena params_;
+  HfModelConfig hf_config_;
+  ParameterArena grads_;
+  std::unique_ptr<DecoderTrainer> trainer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  double base_lr_ = 0;
+  std::optional<FinetuneData> data_;
+  RunProgress progress_;
+};
+
+}  // namespace
+
+RecipeEntry MakeFinetuneRecipe(std::function<std::unique_ptr<FinetuneStrategy>()> make_strategy) {
+  // What the schema and the checks need; each run gets a strategy of its own.
+  auto prototype = std::shared_ptr<const FinetuneStrategy>(make_strategy());
+  const FinetuneRecipeDocs d = prototype->docs();
+  auto schema = std::make_shared<const Schema>(
+      FinetuneRecipeSchema(d.name, d.doc, d.output_dir, d.model, d.checkpointer));
+  RecipeEntry entry;
+  entry.prog = d.name;
+  entry.schema = [schema]() -> const Schema& { return *schema; };
+  entry.register_components = [prototype] { return RegisterComponents(*prototype); };
+  entry.validate = [prototype, schema](const Config& config) {
+    return ValidateConfig(config, *prototype, *schema);
+  };
+  entry.run = [make_strategy, schema](const Config& config) -> absl::Status {
+    const std::unique_ptr<FinetuneStrategy> strategy = make_strategy();
+    CCTUNE_RETURN_IF_ERROR(RegisterComponents(*strategy));
+    const ConfigNode root = WithDefaults(config.root(), *schema);
+    CCTUNE_ASSIGN_OR_RETURN(FinetuneSettings settings, ReadFinetuneSettings(root));
+    return FinetuneRun(*strategy, root, std::move(settings)).Run();
+  };
+  return entry;
+}
+
+}  // namespace cctune
