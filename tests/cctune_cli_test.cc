@@ -16,15 +16,12 @@
 #include "tests/util/shared_dir.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
 
 ProcessResult Cctune(std::vector<std::string> args, const std::string& cwd = "") {
   args.insert(args.begin(), RunfilePath("recipes/cctune"));
@@ -263,4 +260,5 @@ TEST(CctuneBuiltinConfigsTest, Stories260KConfigValidates) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune

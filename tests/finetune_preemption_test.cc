@@ -11,151 +11,42 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/llama2c_fixture.h"
-#include "tests/subprocess.h"
+#include "tests/recipe_test_util.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::ProcessOptions;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
-using testing::Subprocess;
 
 // Generous: the machine may be loaded; a healthy run reaches each point in about a second.
 constexpr double kTimeoutS = 120;
+constexpr char kFull[] = "full_finetune_single_device";
 
-// The tiny GQA model on synthetic sums, batch 8 with 2 micro-batches: num_samples / 16 steps
-// per epoch. The runs that get signalled are long (40000 samples, 4 epochs: minutes), so the
-// signal always finds them running; they never run to the end.
-std::string FullConfigYaml(const std::string& out, int num_samples, int epochs) {
-  return absl::StrCat("output_dir: ", out, R"(
-model:
-  _component_: cctune.models.tiny.tiny_llama
-  vocab_size: 264
-  num_layers: 2
-  num_heads: 4
-  num_kv_heads: 2
-  embed_dim: 32
-  intermediate_dim: 96
-  max_seq_len: 32
-tokenizer:
-  _component_: cctune.data.byte_tokenizer
-  max_seq_len: 32
-dataset:
-  _component_: cctune.data.synthetic_arithmetic
-  num_samples: )", num_samples, R"(
-  seed: 5
-seed: 7
-shuffle: true
-batch_size: 8
-epochs: )", epochs, R"(
-gradient_accumulation_steps: 2
-clip_grad_norm: 1.0
-optimizer:
-  _component_: torch.optim.AdamW
-  lr: 0.01
-lr_scheduler:
-  _component_: torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup
-  num_warmup_steps: 2
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-dtype: fp32
-device: cpu
-)");
-}
-
+// The tiny LoRA run on synthetic sums, batch 8: num_samples / 8 steps per epoch. (The runs
+// that get signalled are long, 40000 or more samples: minutes, so the signal always finds
+// them running; they never run to the end.)
 std::string LoraConfigYaml(const std::string& out, int num_samples) {
-  return absl::StrCat("output_dir: ", out, R"(
-model:
-  _component_: cctune.models.tiny.lora_tiny_llama
-  vocab_size: 264
-  num_layers: 2
-  num_heads: 4
-  num_kv_heads: 2
-  embed_dim: 32
-  intermediate_dim: 96
-  max_seq_len: 32
-  lora_attn_modules: ['q_proj', 'v_proj']
-  lora_rank: 4
-  lora_alpha: 8
-tokenizer:
-  _component_: cctune.data.byte_tokenizer
-  max_seq_len: 32
-dataset:
-  _component_: cctune.data.synthetic_arithmetic
-  num_samples: )", num_samples, R"(
-  seed: 5
-seed: 7
+  return absl::StrCat("output_dir: ", out, "\n",
+                      TinyModelYaml("cctune.models.tiny.lora_tiny_llama",
+                                    "  lora_attn_modules: ['q_proj', 'v_proj']\n"
+                                    "  lora_rank: 4\n  lora_alpha: 8\n"),
+                      ByteTokenizerYaml(32), SyntheticDatasetYaml(num_samples, 5), R"(seed: 7
 batch_size: 8
 optimizer:
   _component_: torch.optim.AdamW
   lr: 0.02
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-device: cpu
-)");
-}
-
-struct LogLine {
-  int64_t step;
-  double loss, lr, grad_norm;
-};
-
-// The training lines of a metrics.jsonl (validation lines have no "loss"); a last line still
-// being written is left out.
-std::vector<LogLine> ReadLog(const std::string& path) {
-  std::vector<LogLine> lines;
-  const std::string text = ReadFile(path);
-  std::istringstream in(text.substr(0, text.rfind('\n') + 1));
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;
-    lines.push_back({j["step"].get<int64_t>(), j["loss"].get<double>(), j["lr"].get<double>(),
-                     j["grad_norm"].get<double>()});
-  }
-  return lines;
-}
-
-// Each step's values equal the reference's for that step, bit for bit.
-void ExpectSameSteps(const std::vector<LogLine>& got, const std::vector<LogLine>& ref) {
-  std::map<int64_t, LogLine> by_step;
-  for (const LogLine& l : ref) by_step[l.step] = l;
-  for (const LogLine& l : got) {
-    ASSERT_EQ(by_step.count(l.step), 1u) << "step " << l.step << " is not in the reference";
-    const LogLine& r = by_step.at(l.step);
-    EXPECT_EQ(l.loss, r.loss) << "step " << l.step;
-    EXPECT_EQ(l.lr, r.lr) << "step " << l.step;
-    EXPECT_EQ(l.grad_norm, r.grad_norm) << "step " << l.step;
-  }
-}
-
-// The step LATEST names ("step_<N>\n"), -1 when it does not.
-int64_t LatestStep(const std::string& out) {
-  const std::string content = ReadFile(out + "/LATEST");  // the view below points into it
-  absl::string_view latest = absl::StripSuffix(content, "\n");
-  int64_t step = -1;
-  if (!absl::ConsumePrefix(&latest, "step_") || !absl::SimpleAtoi(latest, &step)) return -1;
-  return step;
+)", JsonlLoggerYaml(), "device: cpu\n");
 }
 
 bool IsComplete(const std::string& dir) {
@@ -180,27 +71,16 @@ std::vector<std::string> Leftovers(const std::string& out) {
 
 class FinetunePreemptionTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testing::TestTempDir("finetune_preemption"); }
+  FinetunePreemptionTest() : runs_(TestTempDir("finetune_preemption")) {}
 
-  std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
-  std::string Log(const std::string& name) const { return Out(name) + "/logs/metrics.jsonl"; }
-
-  std::vector<std::string> Argv(const std::string& recipe, const std::string& name,
-                                const std::string& yaml,
-                                const std::vector<std::string>& overrides) const {
-    const std::string config = absl::StrCat(dir_, "/", name, ".yaml");
-    std::ofstream(config) << yaml;
-    std::vector<std::string> argv = {RunfilePath("recipes/" + recipe), "--config", config};
-    argv.insert(argv.end(), overrides.begin(), overrides.end());
-    return argv;
-  }
-  // The full recipe on FullConfigYaml, to the end.
+  std::string Out(const std::string& name) const { return runs_.Out(name); }
+  std::string Log(const std::string& name) const { return runs_.Log(name); }
+  // The full recipe on TinyFullFinetuneYaml, to the end.
   ProcessResult RunFull(const std::string& name, int num_samples, int epochs,
                         const std::vector<std::string>& overrides,
                         const ProcessOptions& options = {}) const {
-    return RunProcess(Argv("full_finetune_single_device", name,
-                           FullConfigYaml(Out(name), num_samples, epochs), overrides),
-                      options);
+    return runs_.Run(kFull, name,
+                     TinyFullFinetuneYaml(Out(name), num_samples, epochs), overrides, options);
   }
   // Starts a run and returns once its log shows `steps` training steps (null, with a failure
   // recorded, when it ended or timed out first).
@@ -218,7 +98,32 @@ class FinetunePreemptionTest : public ::testing::Test {
     return p;
   }
 
-  std::string dir_;
+  // What SignalAfterSteps saw: the run's result and the step of the checkpoint it stopped
+  // with (-1 when it did not stop as it should).
+  struct Stopped {
+    ProcessResult result;
+    int64_t step = -1;
+  };
+  // Starts `argv` (run `name`), sends `signo` once its log shows `steps` steps and waits: the
+  // run must exit with 128 + signo and leave LATEST naming a complete checkpoint.
+  Stopped SignalAfterSteps(const std::vector<std::string>& argv, const std::string& name,
+                           size_t steps, int signo) const {
+    Stopped st;
+    std::unique_ptr<Subprocess> p = StartAndWaitForSteps(argv, Log(name), steps);
+    if (p == nullptr || !p->Signal(signo)) {
+      ADD_FAILURE() << "could not signal run " << name;
+      return st;
+    }
+    st.result = p->Wait();
+    EXPECT_EQ(st.result.exit_code, 128 + signo)
+        << "signal " << st.result.term_signal << "\n" << st.result.err;
+    const int64_t latest = LatestStep(Out(name));
+    EXPECT_TRUE(IsComplete(absl::StrCat(Out(name), "/step_", latest))) << st.result.err;
+    if (st.result.exit_code == 128 + signo) st.step = latest;
+    return st;
+  }
+
+  RecipeRuns runs_;
 };
 
 // SIGTERM mid-run: the step in flight finishes, a full checkpoint is written and LATEST names
@@ -227,7 +132,7 @@ class FinetunePreemptionTest : public ::testing::Test {
 // lands in it (or in data loading) rather than in the training step proper.
 TEST_F(FinetunePreemptionTest, SigtermSavesACheckpointThatResumesBitIdentically) {
   auto yaml_for = [&](const std::string& name) {
-    return absl::StrCat(FullConfigYaml(Out(name), 40000, 4), R"(
+    return absl::StrCat(TinyFullFinetuneYaml(Out(name), 40000, 4), R"(
 validation_dataset:
   _component_: cctune.data.synthetic_arithmetic
   num_samples: 16
@@ -237,16 +142,11 @@ eval_every_n_steps: 1
   };
   const std::string name = "sigterm";
   const std::string yaml = yaml_for(name);
-  std::unique_ptr<Subprocess> p =
-      StartAndWaitForSteps(Argv("full_finetune_single_device", name, yaml, {}), Log(name), 3);
-  ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(p->Signal(SIGTERM));
-  const ProcessResult r = p->Wait();
-  EXPECT_EQ(r.exit_code, 143) << "signal " << r.term_signal << "\n" << r.err;
-  const int64_t stopped = LatestStep(Out(name));
-  ASSERT_GE(stopped, 3) << r.err;
+  const Stopped st = SignalAfterSteps(runs_.Argv(kFull, name, yaml), name, 3, SIGTERM);
+  ASSERT_GE(st.step, 3);
+  const ProcessResult& r = st.result;
+  const int64_t stopped = st.step;
   const std::string ckpt = absl::StrCat(Out(name), "/step_", stopped);
-  EXPECT_TRUE(IsComplete(ckpt));
   const std::string line =
       absl::StrCat("full_finetune_single_device: SIGTERM: stopped after step ", stopped,
                    " with checkpoint ", ckpt, " (LATEST); rerun with resume_from_checkpoint=true");
@@ -258,38 +158,29 @@ eval_every_n_steps: 1
   // Resumed to a few steps on, against an uninterrupted run to the same step (stop_after_steps
   // leaves the schedule as it is).
   const std::string until = absl::StrCat("stop_after_steps=", stopped + 3);
-  const ProcessResult resumed = RunProcess(Argv("full_finetune_single_device", name, yaml,
-                                                {"resume_from_checkpoint=true", until}));
+  const ProcessResult resumed =
+      runs_.Run(kFull, name, yaml, {"resume_from_checkpoint=true", until});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  const ProcessResult ref = RunProcess(
-      Argv("full_finetune_single_device", "sigterm_ref", yaml_for("sigterm_ref"), {until}));
+  const ProcessResult ref = runs_.Run(kFull, "sigterm_ref", yaml_for("sigterm_ref"), {until});
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
-  const std::vector<LogLine> got = ReadLog(Log(name)), want = ReadLog(Log("sigterm_ref"));
+  const std::vector<LogLine> got = ReadLog(Log(name));
   ASSERT_EQ(got.size(), static_cast<size_t>(stopped + 3));
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step, static_cast<int64_t>(i) + 1);
-  ExpectSameSteps(got, want);
+  ExpectSameLog(got, ReadLog(Log("sigterm_ref")));
   const std::string last = absl::StrCat("/step_", stopped + 3);
-  EXPECT_EQ(ReadFile(Out(name) + last + "/model.safetensors"),
-            ReadFile(Out("sigterm_ref") + last + "/model.safetensors"));
-  EXPECT_EQ(ReadFile(Out(name) + last + "/recipe_state.safetensors"),
-            ReadFile(Out("sigterm_ref") + last + "/recipe_state.safetensors"));
+  ExpectSameFiles(Out(name) + last, Out("sigterm_ref") + last,
+                  {"model.safetensors", "recipe_state.safetensors"});
 }
 
 // The LoRA recipe gets the same through the shared loop; a Ctrl-C exits with 130.
 TEST_F(FinetunePreemptionTest, SigintStopsTheLoraRecipeWithACheckpoint) {
   const std::string name = "lora_sigint";
   const std::vector<std::string> argv =
-      Argv("lora_finetune_single_device", name, LoraConfigYaml(Out(name), 80000), {});
-  std::unique_ptr<Subprocess> p = StartAndWaitForSteps(argv, Log(name), 2);
-  ASSERT_NE(p, nullptr);
-  ASSERT_TRUE(p->Signal(SIGINT));
-  const ProcessResult r = p->Wait();
-  EXPECT_EQ(r.exit_code, 130) << "signal " << r.term_signal << "\n" << r.err;
-  const int64_t stopped = LatestStep(Out(name));
-  ASSERT_GE(stopped, 2) << r.err;
+      runs_.Argv("lora_finetune_single_device", name, LoraConfigYaml(Out(name), 80000));
+  const Stopped st = SignalAfterSteps(argv, name, 2, SIGINT);
+  ASSERT_GE(st.step, 2);
+  const ProcessResult& r = st.result;
+  const int64_t stopped = st.step;
   const std::string ckpt = absl::StrCat(Out(name), "/step_", stopped);
-  EXPECT_TRUE(IsComplete(ckpt));
   EXPECT_TRUE(fs::is_regular_file(ckpt + "/adapter_model.safetensors"));
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat("lora_finetune_single_device: SIGINT: stopped after "
                                             "step ", stopped, " with checkpoint ", ckpt)));
@@ -311,8 +202,7 @@ TEST_F(FinetunePreemptionTest, SigintStopsTheLoraRecipeWithACheckpoint) {
 TEST_F(FinetunePreemptionTest, SecondSignalExitsAtOnce) {
   const std::string name = "second_signal";
   const std::vector<std::string> argv =
-      Argv("full_finetune_single_device", name, FullConfigYaml(Out(name), 40000, 4),
-           {"save_every_n_steps=1"});
+      runs_.Argv(kFull, name, TinyFullFinetuneYaml(Out(name), 40000, 4), {"save_every_n_steps=1"});
   std::unique_ptr<Subprocess> p = StartAndWaitForSteps(argv, Log(name), 2);
   ASSERT_NE(p, nullptr);
   ASSERT_TRUE(p->Signal(SIGSTOP));
@@ -436,4 +326,5 @@ TEST_F(FinetunePreemptionTest, BadLatestIsRefused) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune

@@ -4,7 +4,6 @@
 // checkpoints are in HF layout and reload, bad configs and a non-finite loss fail clearly.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,134 +12,57 @@
 #include "checkpoint/hf.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/llama2c_fixture.h"
-#include "tests/subprocess.h"
+#include "tests/recipe_test_util.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
 
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
+constexpr char kRecipe[] = "full_finetune_single_device";
 
-// 128 samples, batch 8: 16 steps per epoch, 2 epochs.
-std::string ConfigYaml(const std::string& out) {
-  return absl::StrCat(R"(output_dir: )", out, R"(
-model:
-  _component_: cctune.models.tiny.tiny_llama
-  vocab_size: 264
-  num_layers: 2
-  num_heads: 4
-  num_kv_heads: 2
-  embed_dim: 32
-  intermediate_dim: 96
-  max_seq_len: 32
-tokenizer:
-  _component_: cctune.data.byte_tokenizer
-  max_seq_len: 32
-dataset:
-  _component_: cctune.data.synthetic_arithmetic
-  num_samples: 128
-  seed: 5
-seed: 7
-shuffle: true
-batch_size: 8
-epochs: 2
-gradient_accumulation_steps: 2
-clip_grad_norm: 1.0
-optimizer:
-  _component_: torch.optim.AdamW
-  lr: 0.01
-lr_scheduler:
-  _component_: torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup
-  num_warmup_steps: 2
-loss:
-  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-log_every_n_steps: 1
-dtype: fp32
-device: cpu
-)");
-}
-
-struct LogLine {
-  int64_t step;
-  double loss, lr, grad_norm;
-};
-
-std::vector<LogLine> ReadLog(const std::string& path) {
-  std::vector<LogLine> lines;
-  std::istringstream in(ReadFile(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;
-    lines.push_back({j["step"].get<int64_t>(), j["loss"].get<double>(), j["lr"].get<double>(),
-                     j["grad_norm"].get<double>()});
+// The checkpoint holds every tensor its config.json implies, with its shape.
+void ExpectTuneTensors(const HfCheckpoint& hf) {
+  auto expected = ExpectedTuneTensors(hf.config);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  for (const auto& [name, shape] : *expected) {
+    ASSERT_EQ(hf.state_dict.count(name), 1u) << name;
+    EXPECT_EQ(hf.state_dict.at(name).shape(), shape) << name;
   }
-  return lines;
 }
 
 class FullFinetuneRecipeTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testing::TestTempDir("full_finetune_recipe"); }
+  FullFinetuneRecipeTest() : runs_(TestTempDir("full_finetune_recipe")) {}
 
-  // Writes the config for output dir `name` and runs the recipe with `overrides`.
-  ProcessResult Run(const std::string& name, std::vector<std::string> overrides) {
-    const std::string out = absl::StrCat(dir_, "/", name);
-    const std::string config = absl::StrCat(dir_, "/", name, ".yaml");
-    std::ofstream(config) << ConfigYaml(out);
-    std::vector<std::string> argv = {RunfilePath("recipes/full_finetune_single_device"),
-                                     "--config", config};
-    argv.insert(argv.end(), overrides.begin(), overrides.end());
-    return RunProcess(argv);
+  // Run `name` of the tiny config (128 samples, batch 8: 16 steps per epoch, 2 epochs) with
+  // `overrides`.
+  ProcessResult Run(const std::string& name, const std::vector<std::string>& overrides) {
+    return runs_.Run(kRecipe, name, TinyFullFinetuneYaml(Out(name), 128, 2), overrides);
   }
-  std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
+  std::string Out(const std::string& name) const { return runs_.Out(name); }
+  std::string Log(const std::string& name) const { return runs_.Log(name); }
 
-  std::string dir_;
+  RecipeRuns runs_;
 };
 
 TEST_F(FullFinetuneRecipeTest, LossFallsAndResumeIsBitIdentical) {
   ProcessResult full = Run("full", {});
   ASSERT_EQ(full.exit_code, 0) << full.err;
-  const std::vector<LogLine> a = ReadLog(Out("full") + "/logs/metrics.jsonl");
-  ASSERT_EQ(a.size(), 16u);  // 2 epochs x (16 batches / 2 accumulation)
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].step, static_cast<int64_t>(i) + 1);
-    EXPECT_TRUE(std::isfinite(a[i].loss));
-  }
-  const double first = (a[0].loss + a[1].loss + a[2].loss) / 3;
-  const double last = (a[13].loss + a[14].loss + a[15].loss) / 3;
-  EXPECT_LT(last, first - 0.5) << "first " << first << " last " << last;
+  const std::vector<LogLine> a = ReadLog(Log("full"));
+  // 2 epochs x (16 batches / 2 accumulation)
+  ASSERT_NO_FATAL_FAILURE(ExpectLossFalls(a, 16));
   EXPECT_EQ(a[0].lr, 0.0);  // warmup starts at 0, as torchtune's LambdaLR
 
   // Interrupted mid-epoch (step 3) and at the epoch boundary (step 8), each resumed.
   for (int stop : {3, 8}) {
     const std::string name = absl::StrCat("stop", stop);
-    ProcessResult first_part = Run(name, {absl::StrCat("stop_after_steps=", stop)});
-    ASSERT_EQ(first_part.exit_code, 0) << first_part.err;
-    EXPECT_EQ(ReadLog(Out(name) + "/logs/metrics.jsonl").size(), static_cast<size_t>(stop));
-    EXPECT_EQ(ReadFile(Out(name) + "/LATEST"), absl::StrCat("step_", stop, "\n"));
-    ProcessResult second_part = Run(name, {"resume_from_checkpoint=true"});
-    ASSERT_EQ(second_part.exit_code, 0) << second_part.err;
-    const std::vector<LogLine> b = ReadLog(Out(name) + "/logs/metrics.jsonl");
-    ASSERT_EQ(b.size(), a.size()) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(b[i].step, a[i].step) << name;
-      EXPECT_EQ(b[i].loss, a[i].loss) << name << " step " << a[i].step;  // bit-identical
-      EXPECT_EQ(b[i].lr, a[i].lr) << name << " step " << a[i].step;
-      EXPECT_EQ(b[i].grad_norm, a[i].grad_norm) << name << " step " << a[i].step;
-    }
-    EXPECT_EQ(ReadFile(Out(name) + "/step_16/model.safetensors"),
-              ReadFile(Out("full") + "/step_16/model.safetensors"))
-        << name;
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(StopAndResume([&](const auto& o) { return Run(name, o); }, Out(name), stop));
+    ExpectSameLog(ReadLog(Log(name)), a);
+    ExpectSameFiles(Out(name) + "/step_16", Out("full") + "/step_16", {"model.safetensors"});
   }
 
   // The final checkpoint: HF layout that reloads with the model's tensors.
@@ -156,33 +78,14 @@ TEST_F(FullFinetuneRecipeTest, LossFallsAndResumeIsBitIdentical) {
   EXPECT_EQ(hf->config.num_attention_heads, 4);
   EXPECT_EQ(hf->config.num_key_value_heads, 2);
   EXPECT_EQ(hf->config.vocab_size, 264);
-  auto expected = ExpectedTuneTensors(hf->config);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-  for (const auto& [name, shape] : *expected) {
-    ASSERT_EQ(hf->state_dict.count(name), 1u) << name;
-    EXPECT_EQ(hf->state_dict.at(name).shape(), shape) << name;
-  }
+  ExpectTuneTensors(*hf);
 }
 
 // bf16 weights (f32 gradients and master copies): trains, and resumes bit-identically.
 TEST_F(FullFinetuneRecipeTest, Bf16TrainsAndResumesExactly) {
-  ProcessResult full = Run("bf16", {"dtype=bf16", "epochs=1"});
-  ASSERT_EQ(full.exit_code, 0) << full.err;
-  const std::vector<LogLine> a = ReadLog(Out("bf16") + "/logs/metrics.jsonl");
-  ASSERT_EQ(a.size(), 8u);
-  EXPECT_LT(a[7].loss, a[0].loss - 0.5);
-  ProcessResult part = Run("bf16_resumed", {"dtype=bf16", "epochs=1", "stop_after_steps=5"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  part = Run("bf16_resumed", {"dtype=bf16", "epochs=1", "resume_from_checkpoint=true"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  const std::vector<LogLine> b = ReadLog(Out("bf16_resumed") + "/logs/metrics.jsonl");
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(b[i].loss, a[i].loss) << "step " << a[i].step;
-    EXPECT_EQ(b[i].grad_norm, a[i].grad_norm) << "step " << a[i].step;
-  }
-  EXPECT_EQ(ReadFile(Out("bf16_resumed") + "/step_8/model.safetensors"),
-            ReadFile(Out("bf16") + "/step_8/model.safetensors"));
+  ExpectTrainsAndResumesExactly(
+      runs_, [&](const std::string& name, const auto& o) { return Run(name, o); }, "bf16",
+      {"dtype=bf16", "epochs=1"}, 8, 5, {"model.safetensors"});
   absl::StatusOr<HfCheckpoint> hf = LoadHfCheckpoint(Out("bf16") + "/step_8");
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(hf->state_dict.at("tok_embeddings.weight").dtype(), DType::kBF16);
@@ -195,8 +98,7 @@ TEST_F(FullFinetuneRecipeTest, FineTunesALlama2cCheckpoint) {
   std::filesystem::create_directories(fixture);
   absl::Status written = testing::WriteLlama2cFixture(fixture);
   ASSERT_TRUE(written.ok()) << written;
-  const std::string config = absl::StrCat(dir_, "/llama2c.yaml");
-  std::ofstream(config) << absl::StrCat("output_dir: ", Out("llama2c"), R"(
+  const std::string yaml = absl::StrCat("output_dir: ", Out("llama2c"), R"(
 model:
   _component_: cctune.models.llama2c.llama2c
 checkpointer:
@@ -214,23 +116,14 @@ batch_size: 4
 optimizer:
   _component_: torch.optim.SGD
   lr: 0.1
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-)");
-  ProcessResult r =
-      RunProcess({RunfilePath("recipes/full_finetune_single_device"), "--config", config});
+)", JsonlLoggerYaml());
+  ProcessResult r = runs_.Run(kRecipe, "llama2c", yaml);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(ReadLog(Out("llama2c") + "/logs/metrics.jsonl").size(), 8u);
+  EXPECT_EQ(ReadLog(Log("llama2c")).size(), 8u);
   EXPECT_EQ(ReadFile(Out("llama2c") + "/LATEST"), "step_8\n");
   absl::StatusOr<HfCheckpoint> trained = LoadHfCheckpoint(Out("llama2c") + "/step_8");
   ASSERT_TRUE(trained.ok()) << trained.status();
-  auto expected = ExpectedTuneTensors(trained->config);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-  for (const auto& [name, shape] : *expected) {
-    ASSERT_EQ(trained->state_dict.count(name), 1u) << name;
-    EXPECT_EQ(trained->state_dict.at(name).shape(), shape) << name;
-  }
+  ExpectTuneTensors(*trained);
 }
 
 // Activation checkpointing recomputes each layer with the same ops: identical losses.
@@ -239,8 +132,8 @@ TEST_F(FullFinetuneRecipeTest, ActivationCheckpointingGivesIdenticalLosses) {
   ASSERT_EQ(off.exit_code, 0) << off.err;
   ProcessResult on = Run("ac_on", {"epochs=1", "enable_activation_checkpointing=true"});
   ASSERT_EQ(on.exit_code, 0) << on.err;
-  const std::vector<LogLine> a = ReadLog(Out("ac_off") + "/logs/metrics.jsonl");
-  const std::vector<LogLine> b = ReadLog(Out("ac_on") + "/logs/metrics.jsonl");
+  const std::vector<LogLine> a = ReadLog(Log("ac_off"));
+  const std::vector<LogLine> b = ReadLog(Log("ac_on"));
   ASSERT_EQ(a.size(), 8u);
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i].loss, a[i].loss) << "step " << a[i].step;
@@ -272,16 +165,13 @@ TEST_F(FullFinetuneRecipeTest, BadConfigsFailClearly) {
   EXPECT_NE(missing.exit_code, 0);
 
   // A JSON dataset whose file does not exist.
-  const std::string config = absl::StrCat(dir_, "/bad3.yaml");
-  std::string yaml = ConfigYaml(Out("bad3"));
+  std::string yaml = TinyFullFinetuneYaml(Out("bad3"), 128, 2);
   const std::string ds = "  _component_: cctune.data.synthetic_arithmetic\n  num_samples: 128\n"
                          "  seed: 5\n";
   yaml.replace(yaml.find(ds), ds.size(),
                "  _component_: torchtune.datasets.text_completion_dataset\n"
                "  source: /nonexistent/cctune_data.json\n");
-  std::ofstream(config) << yaml;
-  ProcessResult no_file =
-      RunProcess({RunfilePath("recipes/full_finetune_single_device"), "--config", config});
+  ProcessResult no_file = runs_.Run(kRecipe, "bad3", yaml);
   EXPECT_NE(no_file.exit_code, 0);
   EXPECT_THAT(no_file.err, HasSubstr("/nonexistent/cctune_data.json"));
   EXPECT_THAT(no_file.err, HasSubstr("does not exist"));
@@ -326,8 +216,7 @@ TEST_F(FullFinetuneRecipeTest, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {
 // The built-in configs are valid; without the downloads only their files are reported.
 TEST_F(FullFinetuneRecipeTest, BuiltinConfigsValidate) {
   for (const char* name : {"llama3_2/1B_full_single_device", "llama3_1/8B_full_single_device"}) {
-    ProcessResult r = RunProcess({RunfilePath("recipes/full_finetune_single_device"), "--config",
-                                  name, "output_dir=" + Out(name)});
+    ProcessResult r = RunProcess(RecipeArgv(kRecipe, name, {"output_dir=" + Out(name)}));
     if (r.exit_code == 0) continue;  // the files happen to exist: it trained
     std::istringstream lines(r.err);
     std::string line;
@@ -340,12 +229,12 @@ TEST_F(FullFinetuneRecipeTest, BuiltinConfigsValidate) {
     EXPECT_GT(problems, 0) << name << ": " << r.err;
   }
   // The demo config is complete: it runs (shortened here).
-  ProcessResult demo = RunProcess({RunfilePath("recipes/full_finetune_single_device"), "--config",
-                                   "demo/full_finetune", "output_dir=" + Out("demo"), "epochs=1",
-                                   "max_steps_per_epoch=2", "dataset.num_samples=256",
-                                   "validation_dataset.num_samples=16", "eval_every_n_steps=2"});
+  ProcessResult demo = RunProcess(RecipeArgv(
+      kRecipe, "demo/full_finetune",
+      {"output_dir=" + Out("demo"), "epochs=1", "max_steps_per_epoch=2",
+       "dataset.num_samples=256", "validation_dataset.num_samples=16", "eval_every_n_steps=2"}));
   ASSERT_EQ(demo.exit_code, 0) << demo.err;
-  EXPECT_THAT(ReadFile(Out("demo") + "/logs/metrics.jsonl"), HasSubstr("\"val_loss\""));
+  EXPECT_THAT(ReadFile(Log("demo")), HasSubstr("\"val_loss\""));
   EXPECT_EQ(ReadFile(Out("demo") + "/LATEST"), "step_2\n");
 }
 
@@ -378,4 +267,5 @@ TEST_F(FullFinetuneRecipeTest, HostileValuesAreErrorsNamingTheKey) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune

@@ -19,15 +19,12 @@
 #include "tokenizers/llama2c.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
 
 // The value of the KV-cache line's byte count, or -1.
 int64_t KvBytes(const std::string& err) {
@@ -297,4 +294,5 @@ TEST(GenerateRecipeDemoTest, HostileValuesAreErrorsNamingTheKey) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune

@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,46 +19,29 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/llama2c_fixture.h"
-#include "tests/subprocess.h"
+#include "tests/recipe_test_util.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
 
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
+constexpr char kRecipe[] = "lora_finetune_single_device";
 
 // 64 samples, batch 8: 8 steps per epoch, 2 epochs. LoRA on q, v, output_proj, the MLP and
 // the output.
 std::string TinyConfigYaml(const std::string& out) {
-  return absl::StrCat(R"(output_dir: )", out, R"(
-model:
-  _component_: cctune.models.tiny.lora_tiny_llama
-  vocab_size: 264
-  num_layers: 2
-  num_heads: 4
-  num_kv_heads: 2
-  embed_dim: 32
-  intermediate_dim: 96
-  max_seq_len: 32
+  return absl::StrCat("output_dir: ", out, "\n",
+                      TinyModelYaml("cctune.models.tiny.lora_tiny_llama", R"(
   lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']
   apply_lora_to_mlp: true
   apply_lora_to_output: true
   lora_rank: 4
   lora_alpha: 8
   lora_dropout: 0.0
-tokenizer:
-  _component_: cctune.data.byte_tokenizer
-  max_seq_len: 32
-dataset:
-  _component_: cctune.data.synthetic_arithmetic
-  num_samples: 64
-  seed: 5
-seed: 7
+)"),
+                      ByteTokenizerYaml(32), SyntheticDatasetYaml(64, 5), R"(seed: 7
 shuffle: true
 batch_size: 8
 epochs: 2
@@ -71,10 +52,7 @@ optimizer:
 lr_scheduler:
   _component_: torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup
   num_warmup_steps: 1
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-log_every_n_steps: 1
+)", JsonlLoggerYaml(), R"(log_every_n_steps: 1
 dtype: fp32
 device: cpu
 )");
@@ -115,45 +93,7 @@ epochs: 1
 optimizer:
   _component_: torch.optim.AdamW
   lr: 0.01
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: ${output_dir}/logs
-dtype: fp32
-device: cpu
-)");
-}
-
-struct LogLine {
-  int64_t step;
-  double loss, lr, grad_norm;
-};
-
-std::vector<LogLine> ReadLog(const std::string& path) {
-  std::vector<LogLine> lines;
-  std::istringstream in(ReadFile(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;
-    lines.push_back({j["step"].get<int64_t>(), j["loss"].get<double>(), j["lr"].get<double>(),
-                     j["grad_norm"].get<double>()});
-  }
-  return lines;
-}
-
-// The tensor names in a safetensors file's header.
-std::vector<std::string> SafetensorsNames(const std::string& path) {
-  const std::string bytes = ReadFile(path);
-  std::vector<std::string> names;
-  if (bytes.size() < 8) return names;
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);  // little-endian hosts only, as the project
-  if (bytes.size() < 8 + n) return names;
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() != "__metadata__") names.push_back(it.key());
-  }
-  return names;
+)", JsonlLoggerYaml(), "dtype: fp32\ndevice: cpu\n");
 }
 
 std::vector<double> ToDoubles(const Tensor& t) {
@@ -167,60 +107,39 @@ std::vector<double> ToDoubles(const Tensor& t) {
 
 class LoRAFinetuneRecipeTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testing::TestTempDir("lora_finetune_recipe"); }
+  LoRAFinetuneRecipeTest() : runs_(TestTempDir("lora_finetune_recipe")) {}
 
   ProcessResult Run(const std::string& name, const std::string& yaml,
-                    std::vector<std::string> overrides) {
-    const std::string config = absl::StrCat(dir_, "/", name, ".yaml");
-    std::ofstream(config) << yaml;
-    std::vector<std::string> argv = {RunfilePath("recipes/lora_finetune_single_device"),
-                                     "--config", config};
-    argv.insert(argv.end(), overrides.begin(), overrides.end());
-    return RunProcess(argv);
+                    const std::vector<std::string>& overrides) {
+    return runs_.Run(kRecipe, name, yaml, overrides);
   }
-  ProcessResult RunTiny(const std::string& name, std::vector<std::string> overrides) {
-    return Run(name, TinyConfigYaml(Out(name)), std::move(overrides));
+  ProcessResult RunTiny(const std::string& name, const std::vector<std::string>& overrides) {
+    return Run(name, TinyConfigYaml(Out(name)), overrides);
   }
-  std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
+  std::string Out(const std::string& name) const { return runs_.Out(name); }
+  std::string Log(const std::string& name) const { return runs_.Log(name); }
+  // The checkpoints hold the same adapter and merged weights, byte for byte.
+  static void ExpectSameWeights(const std::string& got, const std::string& want) {
+    ExpectSameFiles(got, want, {"adapter_model.safetensors", "model.safetensors"});
+  }
 
-  std::string dir_;
+  RecipeRuns runs_;
 };
 
 TEST_F(LoRAFinetuneRecipeTest, LossFallsAndResumeIsBitIdentical) {
   ProcessResult full = RunTiny("full", {});
   ASSERT_EQ(full.exit_code, 0) << full.err;
   EXPECT_THAT(full.err, HasSubstr("trainable (LoRA)"));
-  const std::vector<LogLine> a = ReadLog(Out("full") + "/logs/metrics.jsonl");
-  ASSERT_EQ(a.size(), 16u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].step, static_cast<int64_t>(i) + 1);
-    EXPECT_TRUE(std::isfinite(a[i].loss));
-  }
-  const double first = (a[0].loss + a[1].loss + a[2].loss) / 3;
-  const double last = (a[13].loss + a[14].loss + a[15].loss) / 3;
-  EXPECT_LT(last, first - 0.5) << "first " << first << " last " << last;
+  const std::vector<LogLine> a = ReadLog(Log("full"));
+  ASSERT_NO_FATAL_FAILURE(ExpectLossFalls(a, 16));
 
   // Interrupted mid-epoch (step 3) and at the epoch boundary (step 8), each resumed.
   for (int stop : {3, 8}) {
     const std::string name = absl::StrCat("stop", stop);
-    ProcessResult first_part = RunTiny(name, {absl::StrCat("stop_after_steps=", stop)});
-    ASSERT_EQ(first_part.exit_code, 0) << first_part.err;
-    EXPECT_EQ(ReadFile(Out(name) + "/LATEST"), absl::StrCat("step_", stop, "\n"));
-    ProcessResult second_part = RunTiny(name, {"resume_from_checkpoint=true"});
-    ASSERT_EQ(second_part.exit_code, 0) << second_part.err;
-    const std::vector<LogLine> b = ReadLog(Out(name) + "/logs/metrics.jsonl");
-    ASSERT_EQ(b.size(), a.size()) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(b[i].step, a[i].step) << name;
-      EXPECT_EQ(b[i].loss, a[i].loss) << name << " step " << a[i].step;  // bit-identical
-      EXPECT_EQ(b[i].lr, a[i].lr) << name << " step " << a[i].step;
-      EXPECT_EQ(b[i].grad_norm, a[i].grad_norm) << name << " step " << a[i].step;
-    }
-    for (const char* file : {"adapter_model.safetensors", "model.safetensors"}) {
-      EXPECT_EQ(ReadFile(Out(name) + "/step_16/" + file),
-                ReadFile(Out("full") + "/step_16/" + file))
-          << name << " " << file;
-    }
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(StopAndResume([&](const auto& o) { return RunTiny(name, o); }, Out(name), stop));
+    ExpectSameLog(ReadLog(Log(name)), a);
+    ExpectSameWeights(Out(name) + "/step_16", Out("full") + "/step_16");
   }
 
   // PEFT files: names in PEFT spelling, config fields.
@@ -259,18 +178,15 @@ TEST_F(LoRAFinetuneRecipeTest, LossFallsAndResumeIsBitIdentical) {
 TEST_F(LoRAFinetuneRecipeTest, DropoutTrainsAndResumesExactly) {
   ProcessResult full = RunTiny("drop", {"model.lora_dropout=0.1"});
   ASSERT_EQ(full.exit_code, 0) << full.err;
-  const std::vector<LogLine> a = ReadLog(Out("drop") + "/logs/metrics.jsonl");
-  ASSERT_EQ(a.size(), 16u);
-  const double first = (a[0].loss + a[1].loss + a[2].loss) / 3;
-  const double last = (a[13].loss + a[14].loss + a[15].loss) / 3;
-  EXPECT_LT(last, first - 0.5) << "first " << first << " last " << last;
+  const std::vector<LogLine> a = ReadLog(Log("drop"));
+  ASSERT_NO_FATAL_FAILURE(ExpectLossFalls(a, 16));
   nlohmann::json cfg =
       nlohmann::json::parse(ReadFile(Out("drop") + "/step_16/adapter_config.json"));
   EXPECT_EQ(cfg["lora_dropout"].get<double>(), 0.1);
 
   ProcessResult no_drop = RunTiny("no_drop", {"stop_after_steps=3"});
   ASSERT_EQ(no_drop.exit_code, 0) << no_drop.err;
-  const std::vector<LogLine> z = ReadLog(Out("no_drop") + "/logs/metrics.jsonl");
+  const std::vector<LogLine> z = ReadLog(Log("no_drop"));
   ASSERT_EQ(z.size(), 3u);
   // lora_b starts at 0 and the first step's lr is 0 (warmup), so the first two losses cannot
   // see the masks, but B's gradient does from the first step, and the third loss does.
@@ -279,48 +195,19 @@ TEST_F(LoRAFinetuneRecipeTest, DropoutTrainsAndResumesExactly) {
   EXPECT_NE(z[0].grad_norm, a[0].grad_norm);
   EXPECT_NE(z[2].loss, a[2].loss);
 
-  ProcessResult part = RunTiny("drop_resumed", {"model.lora_dropout=0.1", "stop_after_steps=5"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  part = RunTiny("drop_resumed", {"model.lora_dropout=0.1", "resume_from_checkpoint=true",
-                                  "enable_activation_checkpointing=true"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  const std::vector<LogLine> b = ReadLog(Out("drop_resumed") + "/logs/metrics.jsonl");
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(b[i].step, a[i].step);
-    EXPECT_EQ(b[i].loss, a[i].loss) << "step " << a[i].step;  // bit-identical
-    EXPECT_EQ(b[i].grad_norm, a[i].grad_norm) << "step " << a[i].step;
-  }
-  for (const char* file : {"adapter_model.safetensors", "model.safetensors"}) {
-    EXPECT_EQ(ReadFile(Out("drop_resumed") + "/step_16/" + file),
-              ReadFile(Out("drop") + "/step_16/" + file))
-        << file;
-  }
+  ASSERT_TRUE(StopAndResume([&](const auto& o) { return RunTiny("drop_resumed", o); },
+                            Out("drop_resumed"), 5, {"model.lora_dropout=0.1"},
+                            {"enable_activation_checkpointing=true"}));
+  ExpectSameLog(ReadLog(Log("drop_resumed")), a);
+  ExpectSameWeights(Out("drop_resumed") + "/step_16", Out("drop") + "/step_16");
 }
 
 // bf16 weights (f32 adapter gradients and master copies): trains, resumes bit-identically, and
 // the saved adapter and merged weights are bf16.
 TEST_F(LoRAFinetuneRecipeTest, Bf16TrainsAndResumesExactly) {
-  ProcessResult full = RunTiny("bf16", {"dtype=bf16", "epochs=1"});
-  ASSERT_EQ(full.exit_code, 0) << full.err;
-  const std::vector<LogLine> a = ReadLog(Out("bf16") + "/logs/metrics.jsonl");
-  ASSERT_EQ(a.size(), 8u);
-  EXPECT_LT(a[7].loss, a[0].loss - 0.5);
-  ProcessResult part = RunTiny("bf16_resumed", {"dtype=bf16", "epochs=1", "stop_after_steps=5"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  part = RunTiny("bf16_resumed", {"dtype=bf16", "epochs=1", "resume_from_checkpoint=true"});
-  ASSERT_EQ(part.exit_code, 0) << part.err;
-  const std::vector<LogLine> b = ReadLog(Out("bf16_resumed") + "/logs/metrics.jsonl");
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(b[i].loss, a[i].loss) << "step " << a[i].step;
-    EXPECT_EQ(b[i].grad_norm, a[i].grad_norm) << "step " << a[i].step;
-  }
-  for (const char* file : {"adapter_model.safetensors", "model.safetensors"}) {
-    EXPECT_EQ(ReadFile(Out("bf16_resumed") + "/step_8/" + file),
-              ReadFile(Out("bf16") + "/step_8/" + file))
-        << file;
-  }
+  ExpectTrainsAndResumesExactly(
+      runs_, [&](const std::string& name, const auto& o) { return RunTiny(name, o); }, "bf16",
+      {"dtype=bf16", "epochs=1"}, 8, 5, {"adapter_model.safetensors", "model.safetensors"});
   absl::StatusOr<HfCheckpoint> hf = LoadHfCheckpoint(Out("bf16") + "/step_8");
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(hf->state_dict.at("layers.0.attn.q_proj.weight").dtype(), DType::kBF16);
@@ -334,7 +221,7 @@ TEST_F(LoRAFinetuneRecipeTest, Bf16TrainsAndResumesExactly) {
 TEST_F(LoRAFinetuneRecipeTest, OnlyAdaptersChangeAndMergedWeightsAreBasePlusScaledBA) {
   ProcessResult r = Run("demo", DemoConfigYaml(Out("demo")), {});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  ASSERT_EQ(ReadLog(Out("demo") + "/logs/metrics.jsonl").size(), 3u);
+  ASSERT_EQ(ReadLog(Log("demo")).size(), 3u);
   const std::string ckpt = Out("demo") + "/step_3";
   absl::StatusOr<HfCheckpoint> base = LoadHfCheckpoint(RunfilePath("tests/assets/demo"));
   ASSERT_TRUE(base.ok()) << base.status();
@@ -412,4 +299,5 @@ TEST_F(LoRAFinetuneRecipeTest, BadConfigsFailClearly) {
 }
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune

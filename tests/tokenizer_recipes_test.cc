@@ -9,7 +9,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,18 +19,13 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/llama2c_fixture.h"
-#include "tests/subprocess.h"
+#include "tests/recipe_test_util.h"
 
 namespace cctune {
+namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::ProcessResult;
-using testing::ReadFile;
-using testing::RunfilePath;
-using testing::RunProcess;
-
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
 // A tiny byte-level tiktoken file: the 256 bytes, then a few merges. With Llama 3's 256
 // special tokens after them, the vocabulary is 256 + merges + 256.
@@ -177,15 +171,7 @@ quantizer: null
 
   // The recipe binary itself, or `cctune run <recipe>`.
   ProcessResult Run(const std::string& recipe, const std::string& config, bool via_cli) const {
-    std::vector<std::string> argv;
-    if (via_cli) {
-      argv = {RunfilePath("recipes/cctune"), "run", recipe};
-    } else {
-      argv = {RunfilePath("recipes/" + recipe)};
-    }
-    argv.push_back("--config");
-    argv.push_back(config);
-    return RunProcess(argv);
+    return RunProcess(RecipeArgv(recipe, config, {}, via_cli));
   }
 
   // Runs a one-step fine-tune and checks its loss and checkpoint; returns the checkpoint dir.
@@ -200,17 +186,11 @@ quantizer: null
     EXPECT_THAT(r.err, HasSubstr("8 samples, 1 steps per epoch")) << what;
     EXPECT_THAT(r.err, HasSubstr("Saved checkpoint " + out + "/step_1")) << what;
     // The loss of the one step, logged and finite.
-    std::istringstream log(ReadFile(out + "/logs/metrics.jsonl"));
-    std::string line;
-    int losses = 0;
-    while (std::getline(log, line)) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("loss")) continue;
-      ++losses;
-      const double loss = j["loss"].get<double>();
-      EXPECT_TRUE(std::isfinite(loss) && loss > 0) << what << ": loss " << loss;
+    const std::vector<LogLine> log = ReadLog(out + "/logs/metrics.jsonl");
+    EXPECT_EQ(log.size(), 1u) << what;
+    for (const LogLine& l : log) {
+      EXPECT_TRUE(std::isfinite(l.loss) && l.loss > 0) << what << ": loss " << l.loss;
     }
-    EXPECT_EQ(losses, 1) << what;
     const std::string latest(absl::StripSuffix(ReadFile(out + "/LATEST"), "\n"));
     EXPECT_EQ(latest, "step_1") << what;
     const std::string ckpt = out + "/" + latest;
@@ -253,4 +233,5 @@ INSTANTIATE_TEST_SUITE_P(AllTokenizers, TokenizerRecipesTest,
                          });
 
 }  // namespace
+}  // namespace testing
 }  // namespace cctune
