@@ -10,8 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,12 +18,15 @@
 #include "config/config.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_test_util.h"
-#include "nlohmann/json.hpp"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/lora_finetune_single_device.h"
+#include "tests/recipe_test_util.h"
 
 namespace cctune {
 namespace {
+
+using testing::LogLine;
+using testing::ReadLog;
 
 constexpr double kLr = 0.01;
 constexpr int kSteps = 3;
@@ -48,10 +49,8 @@ std::string ConfigYaml(const std::string& out, Recipe recipe, const std::string&
   embed_dim: 16
   intermediate_dim: 32
   max_seq_len: 16
-tokenizer:
-  _component_: cctune.data.byte_tokenizer
-  max_seq_len: 16
-dataset:
+)",
+                      testing::ByteTokenizerYaml(16), R"(dataset:
   _component_: cctune.data.synthetic_arithmetic
   num_samples: 12
   seed: 5
@@ -66,34 +65,7 @@ clip_grad_norm: 1.0
 optimizer:
   _component_: torch.optim.AdamW
   lr: )",
-                      kLr, R"(
-metric_logger:
-  _component_: torchtune.training.metric_logging.JsonlLogger
-  log_dir: )",
-                      out, R"(/logs
-dtype: fp32
-device: )",
-                      device, "\n");
-}
-
-struct LogLine {
-  double loss = 0, grad_norm = 0, peak_memory_gb = -1;
-};
-
-std::vector<LogLine> ReadLog(const std::string& path) {
-  std::vector<LogLine> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;
-    LogLine l;
-    l.loss = j["loss"].get<double>();
-    l.grad_norm = j["grad_norm"].get<double>();
-    if (j.contains("peak_memory_gb")) l.peak_memory_gb = j["peak_memory_gb"].get<double>();
-    lines.push_back(l);
-  }
-  return lines;
+                      kLr, "\n", testing::JsonlLoggerYaml(), "dtype: fp32\ndevice: ", device, "\n");
 }
 
 const char* RecipeName(Recipe r) {

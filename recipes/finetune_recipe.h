@@ -128,6 +128,14 @@ class FinetuneStrategy {
 // checkpoint and dataset files, the strategy's own checks) and the run of the steps above.
 RecipeEntry MakeFinetuneRecipe(std::function<std::unique_ptr<FinetuneStrategy>()> make_strategy);
 
+// The recipe of a default-constructible strategy, made once.
+template <typename Strategy>
+const RecipeEntry& FinetuneRecipeOf() {
+  static const RecipeEntry* const recipe =
+      new RecipeEntry(MakeFinetuneRecipe([] { return std::make_unique<Strategy>(); }));
+  return *recipe;
+}
+
 }  // namespace cctune
 
 #endif  // CCTUNE_RECIPES_FINETUNE_RECIPE_H_

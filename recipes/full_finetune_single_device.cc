@@ -57,10 +57,6 @@ class FullStrategy final : public FinetuneStrategy {
 
 }  // namespace
 
-const RecipeEntry& FullFinetuneRecipe() {
-  static const RecipeEntry* const recipe =
-      new RecipeEntry(MakeFinetuneRecipe([] { return std::make_unique<FullStrategy>(); }));
-  return *recipe;
-}
+const RecipeEntry& FullFinetuneRecipe() { return FinetuneRecipeOf<FullStrategy>(); }
 
 }  // namespace cctune

@@ -310,10 +310,6 @@ class LoRAStrategy final : public FinetuneStrategy {
 
 }  // namespace
 
-const RecipeEntry& LoRAFinetuneRecipe() {
-  static const RecipeEntry* const recipe =
-      new RecipeEntry(MakeFinetuneRecipe([] { return std::make_unique<LoRAStrategy>(); }));
-  return *recipe;
-}
+const RecipeEntry& LoRAFinetuneRecipe() { return FinetuneRecipeOf<LoRAStrategy>(); }
 
 }  // namespace cctune

@@ -103,8 +103,13 @@ std::vector<LogLine> ReadLog(const std::string& path) {
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
     if (!j.contains("loss")) continue;
-    lines.push_back({j["step"].get<int64_t>(), j["loss"].get<double>(), j["lr"].get<double>(),
-                     j["grad_norm"].get<double>()});
+    LogLine l;
+    l.step = j["step"].get<int64_t>();
+    l.loss = j["loss"].get<double>();
+    l.lr = j["lr"].get<double>();
+    l.grad_norm = j["grad_norm"].get<double>();
+    if (j.contains("peak_memory_gb")) l.peak_memory_gb = j["peak_memory_gb"].get<double>();
+    lines.push_back(l);
   }
   return lines;
 }

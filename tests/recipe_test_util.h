@@ -63,8 +63,9 @@ class RecipeRuns {
 
 // A training line of metrics.jsonl.
 struct LogLine {
-  int64_t step;
-  double loss, lr, grad_norm;
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double peak_memory_gb = -1;  // -1: not logged
 };
 // The training lines of a metrics.jsonl (validation lines have no "loss"); a last line still
 // being written is left out.
