@@ -4,7 +4,7 @@
 // final RMSNorm -> tied output projection -> cross-entropy with ignore_index) composed by hand
 // from the kernels/ops.h forward and backward ops, with its parameter gradients accumulated
 // into one contiguous gradient arena. Every parameter gradient is checked against central
-// finite differences of an independent fp64 implementation of the same network, for GQA
+// finite differences of the same network in fp64 (modules/reference.h layers), for GQA
 // (4 query / 2 kv heads), MQA (4 / 1) and packed documents (a block-causal mask with
 // per-sequence positions).
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/op_test_util.h"
 #include "kernels/ops.h"
+#include "modules/reference.h"
 
 namespace cctune {
 namespace {
@@ -54,154 +55,56 @@ std::vector<Param> Params(const Config& c) {
           {"norm", {c.d}}};
 }
 
-// The data of one check: token ids, targets (some ignored), positions and mask.
-struct Batch {
-  std::vector<int64_t> ids, targets, positions;  // [b, s] each
-  std::vector<float> mask;                       // [b, s, s]: 1 = may attend
-};
+// The data of one check: token ids, labels (some ignored), positions [b, s] and the mask
+// [b, s, s] (1 = may attend).
+using Batch = reference::TrainingBatch;
 
 Batch MakeBatch(const Config& c, Generator& gen) {
-  Batch bt;
-  const int64_t n = c.b * c.s;
-  for (int64_t i = 0; i < n; ++i) {
-    bt.ids.push_back(static_cast<int64_t>(gen.UniformInt(c.v)));
-    bt.targets.push_back(static_cast<int64_t>(gen.UniformInt(c.v)));
-  }
-  bt.targets[0] = ops::kIgnoreIndex;  // a masked prompt token
-  bt.targets[n - 1] = ops::kIgnoreIndex;
-  // Document boundary (packed): positions [0, split) and [split, s).
-  const int64_t split = c.packed ? c.s / 2 : 0;
-  bt.mask.assign(c.b * c.s * c.s, 0.f);
-  for (int64_t bi = 0; bi < c.b; ++bi) {
-    for (int64_t i = 0; i < c.s; ++i) {
-      const int64_t doc_start = (c.packed && i >= split) ? split : 0;
-      bt.positions.push_back(i - doc_start);
-      for (int64_t j = doc_start; j <= i; ++j) bt.mask[(bi * c.s + i) * c.s + j] = 1.f;
-    }
-  }
-  return bt;
+  return reference::RandomTrainingBatch(c.b, c.s, c.v, c.packed, ops::kIgnoreIndex, gen);
 }
 
-// ---- The fp64 reference network ----
+// ---- The fp64 reference network (modules/reference.h) ----
 
-using Vec = std::vector<double>;
-
-// y[m, out] = x[m, in] · W[out, in]ᵀ.
-Vec RefLinear(const Vec& x, const double* w, int64_t m, int64_t in, int64_t out) {
-  Vec y(m * out, 0.0);
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = 0;
-      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
-      y[r * out + o] = s;
-    }
-  }
-  return y;
-}
-
-Vec RefRmsNorm(const Vec& x, const double* w, int64_t m, int64_t d) {
-  Vec y(m * d);
-  for (int64_t r = 0; r < m; ++r) {
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
-    const double rstd = 1.0 / std::sqrt(ss / d + kEps);
-    for (int64_t i = 0; i < d; ++i) y[r * d + i] = x[r * d + i] * rstd * w[i];
-  }
-  return y;
-}
-
-// Rotates x [m tokens, n heads, hd] in place by position · base^(-2i/hd).
-void RefRope(Vec& x, const std::vector<int64_t>& pos, int64_t m, int64_t n, int64_t hd,
-             ops::RopePairing pairing) {
-  const int64_t half = hd / 2;
-  for (int64_t t = 0; t < m; ++t) {
-    for (int64_t h = 0; h < n; ++h) {
-      double* row = &x[(t * n + h) * hd];
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos[t] * std::pow(kRopeBase, -2.0 * i / hd);
-        const double c = std::cos(angle), sn = std::sin(angle);
-        const int64_t i0 = pairing == ops::RopePairing::kInterleaved ? 2 * i : i;
-        const int64_t i1 = pairing == ops::RopePairing::kInterleaved ? 2 * i + 1 : i + half;
-        const double x0 = row[i0], x1 = row[i1];
-        row[i0] = x0 * c - x1 * sn;
-        row[i1] = x1 * c + x0 * sn;
-      }
-    }
-  }
-}
+using reference::Vec;
 
 // The mean cross-entropy of the network with parameters theta (arena order).
 double RefLoss(const Config& c, const Vec& theta, const Batch& bt) {
-  std::vector<const double*> p;
+  std::vector<Vec> p;
   size_t off = 0;
   for (const Param& prm : Params(c)) {
-    p.push_back(theta.data() + off);
-    off += NumElements(prm.shape);
+    const size_t n = static_cast<size_t>(NumElements(prm.shape));
+    p.emplace_back(theta.begin() + off, theta.begin() + off + n);
+    off += n;
   }
-  const double *emb = p[0], *attn_norm = p[1], *wq = p[2], *wk = p[3], *wv = p[4], *wo = p[5];
-  const double *ffn_norm = p[6], *w1 = p[7], *w3 = p[8], *w2 = p[9], *norm = p[10];
-  const int64_t m = c.b * c.s, d = c.d, hd = c.hd, g = c.n_h / c.n_kv;
+  const Vec &emb = p[0], &attn_norm = p[1], &wq = p[2], &wk = p[3], &wv = p[4], &wo = p[5];
+  const Vec &ffn_norm = p[6], &w1 = p[7], &w3 = p[8], &w2 = p[9], &norm = p[10];
+  const int64_t m = c.b * c.s, d = c.d, hd = c.hd;
   Vec h(m * d);
   for (int64_t t = 0; t < m; ++t) {
-    for (int64_t i = 0; i < d; ++i) h[t * d + i] = emb[bt.ids[t] * d + i];
+    for (int64_t i = 0; i < d; ++i) h[t * d + i] = emb[bt.tokens[t] * d + i];
   }
   // Attention block.
-  const Vec xn = RefRmsNorm(h, attn_norm, m, d);
-  Vec q = RefLinear(xn, wq, m, d, c.n_h * hd);
-  Vec k = RefLinear(xn, wk, m, d, c.n_kv * hd);
-  const Vec v = RefLinear(xn, wv, m, d, c.n_kv * hd);
-  RefRope(q, bt.positions, m, c.n_h, hd, c.pairing);
-  RefRope(k, bt.positions, m, c.n_kv, hd, c.pairing);
-  Vec attn(m * c.n_h * hd, 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  for (int64_t bi = 0; bi < c.b; ++bi) {
-    for (int64_t hh = 0; hh < c.n_h; ++hh) {
-      const int64_t kvh = hh / g;
-      for (int64_t i = 0; i < c.s; ++i) {
-        const double* qr = &q[((bi * c.s + i) * c.n_h + hh) * hd];
-        std::vector<double> sc(c.s, -INFINITY);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          if (bt.mask[(bi * c.s + i) * c.s + j] == 0.f) continue;
-          const double* kr = &k[((bi * c.s + j) * c.n_kv + kvh) * hd];
-          double dot = 0;
-          for (int64_t e = 0; e < hd; ++e) dot += qr[e] * kr[e];
-          sc[j] = dot * scale;
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < c.s; ++j) sum += std::exp(sc[j] - mx);
-        double* o = &attn[((bi * c.s + i) * c.n_h + hh) * hd];
-        for (int64_t j = 0; j < c.s; ++j) {
-          const double pj = std::exp(sc[j] - mx) / sum;
-          const double* vr = &v[((bi * c.s + j) * c.n_kv + kvh) * hd];
-          for (int64_t e = 0; e < hd; ++e) o[e] += pj * vr[e];
-        }
-      }
-    }
-  }
-  const Vec o = RefLinear(attn, wo, m, c.n_h * hd, d);
+  const Vec xn = reference::RmsNorm(h, m, d, attn_norm, kEps);
+  const Vec inv_freq = reference::RopeInvFrequencies(hd, kRopeBase);
+  const Vec q = reference::Rope(reference::Linear(xn, m, d, wq, c.n_h * hd), c.b, c.s, c.n_h,
+                                hd, bt.positions, inv_freq, c.pairing);
+  const Vec k = reference::Rope(reference::Linear(xn, m, d, wk, c.n_kv * hd), c.b, c.s, c.n_kv,
+                                hd, bt.positions, inv_freq, c.pairing);
+  const Vec v = reference::Linear(xn, m, d, wv, c.n_kv * hd);
+  const std::vector<bool> mask(bt.mask.begin(), bt.mask.end());
+  const Vec attn =
+      reference::Attention(q, k, v, c.b, c.s, c.s, c.n_h, c.n_kv, hd, mask, /*causal=*/true);
+  const Vec o = reference::Linear(attn, m, c.n_h * hd, wo, d);
   for (int64_t i = 0; i < m * d; ++i) h[i] += o[i];
   // Feed-forward block.
-  const Vec xn2 = RefRmsNorm(h, ffn_norm, m, d);
-  const Vec gate = RefLinear(xn2, w1, m, d, c.f), up = RefLinear(xn2, w3, m, d, c.f);
-  Vec act(m * c.f);
-  for (int64_t i = 0; i < m * c.f; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-  const Vec down = RefLinear(act, w2, m, c.f, d);
+  const Vec xn2 = reference::RmsNorm(h, m, d, ffn_norm, kEps);
+  const Vec act = reference::SiluMul(reference::Linear(xn2, m, d, w1, c.f),
+                                     reference::Linear(xn2, m, d, w3, c.f));
+  const Vec down = reference::Linear(act, m, c.f, w2, d);
   for (int64_t i = 0; i < m * d; ++i) h[i] += down[i];
   // Final norm, tied output projection, mean cross-entropy over the targets not ignored.
-  const Vec logits = RefLinear(RefRmsNorm(h, norm, m, d), emb, m, d, c.v);
-  double total = 0;
-  int64_t count = 0;
-  for (int64_t t = 0; t < m; ++t) {
-    if (bt.targets[t] == ops::kIgnoreIndex) continue;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < c.v; ++j) mx = std::max(mx, logits[t * c.v + j]);
-    for (int64_t j = 0; j < c.v; ++j) sum += std::exp(logits[t * c.v + j] - mx);
-    total += mx + std::log(sum) - logits[t * c.v + bt.targets[t]];
-    ++count;
-  }
-  return total / count;
+  const Vec logits = reference::Linear(reference::RmsNorm(h, m, d, norm, kEps), m, d, emb, c.v);
+  return reference::CrossEntropy(logits, m, c.v, bt.labels, ops::kIgnoreIndex);
 }
 
 // ---- The same network from kernels/ops.h ----
@@ -234,8 +137,8 @@ double ForwardBackward(const Config& c, const std::vector<Tensor>& w, std::vecto
   Tensor& g_norm = gw[10];
   const int64_t b = c.b, s = c.s, d = c.d, hd = c.hd, n = b * s;
   const int64_t q_dim = c.n_h * hd, kv_dim = c.n_kv * hd;
-  const Tensor ids = ValueOrDie(Tensor::FromVector(bt.ids, {b, s}));
-  const Tensor targets = ValueOrDie(Tensor::FromVector(bt.targets, {n}));
+  const Tensor ids = ValueOrDie(Tensor::FromVector(bt.tokens, {b, s}));
+  const Tensor targets = ValueOrDie(Tensor::FromVector(bt.labels, {n}));
   const Tensor positions = ValueOrDie(Tensor::FromVector(bt.positions, {b, s}));
   const Tensor mask = ValueOrDie(Tensor::FromVector(bt.mask, {b, s, s}, DType::kBool));
   const Tensor inv_freq = ValueOrDie(ops::RopeInvFrequencies(hd, kRopeBase));

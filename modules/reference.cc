@@ -136,6 +136,43 @@ Vec Attention(const Vec& q, const Vec& k, const Vec& v, int64_t b, int64_t s_q, 
   return out;
 }
 
+double CrossEntropy(const Vec& logits, int64_t rows, int64_t v, const std::vector<int64_t>& labels,
+                    int64_t ignore_index) {
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    if (labels[t] == ignore_index) continue;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < v; ++j) mx = std::max(mx, logits[t * v + j]);
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(logits[t * v + j] - mx);
+    total += mx + std::log(sum) - logits[t * v + labels[t]];
+    ++count;
+  }
+  return count > 0 ? total / count : 0.0;
+}
+
+TrainingBatch RandomTrainingBatch(int64_t b, int64_t s, int64_t v, bool packed,
+                                  int64_t ignore_index, Generator& gen) {
+  TrainingBatch t;
+  const int64_t n = b * s;
+  for (int64_t i = 0; i < n; ++i) {
+    t.tokens.push_back(static_cast<int64_t>(gen.UniformInt(v)));
+    t.labels.push_back(static_cast<int64_t>(gen.UniformInt(v)));
+  }
+  t.labels[0] = ignore_index;  // a masked prompt token
+  t.labels[n - 1] = ignore_index;
+  const int64_t split = packed ? s / 2 : 0;
+  t.mask.assign(b * s * s, 0.f);
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < s; ++i) {
+      const int64_t start = (packed && i >= split) ? split : 0;
+      t.positions.push_back(i - start);
+      for (int64_t j = start; j <= i; ++j) t.mask[(bi * s + i) * s + j] = 1.f;
+    }
+  }
+  return t;
+}
+
 double MaxRelError(const Vec& a, const Vec& b) {
   CCTUNE_CHECK(a.size() == b.size(), "MaxRelError: sizes ", a.size(), " and ", b.size());
   double diff = 0.0, mag = 0.0;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/random.h"
 #include "core/tensor.h"
 #include "kernels/op_types.h"
 
@@ -36,6 +37,22 @@ Vec Rope(const Vec& x, int64_t b, int64_t s, int64_t n, int64_t h_d,
 // Returns [b, s_q, n_h, h_d]; a row that may attend nothing gets zeros.
 Vec Attention(const Vec& q, const Vec& k, const Vec& v, int64_t b, int64_t s_q, int64_t s_kv,
               int64_t n_h, int64_t n_kv, int64_t h_d, const std::vector<bool>& mask, bool causal);
+
+// Mean cross-entropy of logits [rows, v] against labels [rows], over the labels that are not
+// `ignore_index` (0 when there are none).
+double CrossEntropy(const Vec& logits, int64_t rows, int64_t v, const std::vector<int64_t>& labels,
+                    int64_t ignore_index);
+
+// The data of a training check: b rows of s tokens with random ids and labels in [0, v) (the
+// first and the last label ignored), positions [b, s] and the attention mask [b, s, s] (1: may
+// attend): causal, or with `packed` block-causal over two documents per row (the second from
+// s / 2, its positions restarting at 0).
+struct TrainingBatch {
+  std::vector<int64_t> tokens, labels, positions;
+  std::vector<float> mask;
+};
+TrainingBatch RandomTrainingBatch(int64_t b, int64_t s, int64_t v, bool packed,
+                                  int64_t ignore_index, Generator& gen);
 
 // max |a - b| / max(max |b|, tiny): the "relative error" the tests bound.
 double MaxRelError(const Vec& a, const Vec& b);

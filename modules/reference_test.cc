@@ -19,6 +19,15 @@ TEST(ReferenceTest, LinearAndRmsNorm) {
   EXPECT_NEAR(SiluMul({0.0, 1.0}, {5.0, 2.0})[1], 2.0 / (1 + std::exp(-1.0)), 1e-15);
 }
 
+TEST(ReferenceTest, CrossEntropySkipsIgnoredLabels) {
+  // Row 0: uniform over 4 (log 4); row 1 ignored; row 2: logits (0, ln 3, 0, 0), label 1:
+  // -log(3 / 6) = log 2.
+  const Vec logits = {1, 1, 1, 1, 9, -9, 9, -9, 0, std::log(3.0), 0, 0};
+  EXPECT_NEAR(CrossEntropy(logits, 3, 4, {2, -100, 1}, -100), (std::log(4.0) + std::log(2.0)) / 2,
+              1e-15);
+  EXPECT_EQ(CrossEntropy(logits, 3, 4, {-100, -100, -100}, -100), 0.0);
+}
+
 TEST(ReferenceTest, RopeRotatesPairs) {
   const Vec f = RopeInvFrequencies(4, 100.0);  // 1, 1/10
   EXPECT_NEAR(f[1], 0.1, 1e-15);

@@ -1,6 +1,6 @@
 // DecoderTrainer on tiny random decoders (two layers; GQA 4/2 and MQA 4/1; tied and untied
 // output; q/k/v biases; packed documents with an explicit mask and positions): the loss
-// against an independent fp64 implementation of the network written here, every parameter's
+// against an independent fp64 network built here from modules/reference.h, every parameter's
 // gradient against central finite differences of that fp64 loss, activation checkpointing
 // against the plain run (bit-identical), and gradient accumulation over micro-batches. LoRA:
 // adapter gradients against the fp64 loss (merged, or with dropout applied unmerged with the
@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,7 @@
 #include "modules/activation_store.h"
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
+#include "modules/reference.h"
 #include "modules/transformer_decoder.h"
 #include "tests/util/float_near.h"
 #include "training/optim.h"
@@ -104,22 +106,12 @@ struct Data {
 
 Data MakeData(const Case& c, Generator& gen) {
   Data d;
-  const int64_t v = c.config.vocab_size, n = c.b * c.s;
-  for (int64_t i = 0; i < n; ++i) {
-    d.tokens.push_back(static_cast<int64_t>(gen.UniformInt(v)));
-    d.labels.push_back(static_cast<int64_t>(gen.UniformInt(v)));
-  }
-  d.labels[0] = ops::kIgnoreIndex;  // a masked prompt token
-  d.labels[n - 1] = ops::kIgnoreIndex;
-  const int64_t split = c.packed ? c.s / 2 : 0;
-  d.mask.assign(c.b * c.s * c.s, 0.f);
-  for (int64_t bi = 0; bi < c.b; ++bi) {
-    for (int64_t i = 0; i < c.s; ++i) {
-      const int64_t start = (c.packed && i >= split) ? split : 0;
-      d.positions.push_back(i - start);
-      for (int64_t j = start; j <= i; ++j) d.mask[(bi * c.s + i) * c.s + j] = 1.f;
-    }
-  }
+  reference::TrainingBatch t = reference::RandomTrainingBatch(
+      c.b, c.s, c.config.vocab_size, c.packed, ops::kIgnoreIndex, gen);
+  d.tokens = std::move(t.tokens);
+  d.labels = std::move(t.labels);
+  d.positions = std::move(t.positions);
+  d.mask = std::move(t.mask);
   d.t_tokens = ValueOrDie(Tensor::FromVector(d.tokens, {c.b, c.s}));
   d.t_labels = ValueOrDie(Tensor::FromVector(d.labels, {c.b, c.s}));
   d.t_positions = ValueOrDie(Tensor::FromVector(d.positions, {c.b, c.s}));
@@ -129,7 +121,7 @@ Data MakeData(const Case& c, Generator& gen) {
 
 // ---- The fp64 reference network ----
 
-using Vec = std::vector<double>;
+using reference::Vec;
 using Params = std::map<std::string, Vec>;
 
 Params ToDouble(const ParameterArena& arena) {
@@ -141,52 +133,10 @@ Params ToDouble(const ParameterArena& arena) {
   return p;
 }
 
-// y[m, out] = x[m, in] · W[out, in]ᵀ (+ bias).
-Vec RefLinear(const Vec& x, const Vec& w, const Vec* bias, int64_t m, int64_t in, int64_t out) {
-  Vec y(m * out, 0.0);
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t o = 0; o < out; ++o) {
-      double s = bias != nullptr ? (*bias)[o] : 0.0;
-      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
-      y[r * out + o] = s;
-    }
-  }
-  return y;
-}
-
-Vec RefRmsNorm(const Vec& x, const Vec& w, int64_t m, int64_t d, double eps) {
-  Vec y(m * d);
-  for (int64_t r = 0; r < m; ++r) {
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += x[r * d + i] * x[r * d + i];
-    const double rstd = 1.0 / std::sqrt(ss / d + eps);
-    for (int64_t i = 0; i < d; ++i) y[r * d + i] = x[r * d + i] * rstd * w[i];
-  }
-  return y;
-}
-
-void RefRope(Vec& x, const std::vector<int64_t>& pos, int64_t m, int64_t n, int64_t hd,
-             double base, ops::RopePairing pairing) {
-  const int64_t half = hd / 2;
-  for (int64_t t = 0; t < m; ++t) {
-    for (int64_t h = 0; h < n; ++h) {
-      double* row = &x[(t * n + h) * hd];
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos[t] * std::pow(base, -2.0 * i / hd);
-        const double c = std::cos(angle), sn = std::sin(angle);
-        const bool inter = pairing == ops::RopePairing::kInterleaved;
-        const int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + half;
-        const double x0 = row[i0], x1 = row[i1];
-        row[i0] = x0 * c - x1 * sn;
-        row[i1] = x1 * c + x0 * sn;
-      }
-    }
-  }
-}
-
-const Vec* Bias(const Params& p, const std::string& name) {
+// The bias `name` of `p`, empty when the projection has none.
+Vec Bias(const Params& p, const std::string& name) {
   auto it = p.find(name);
-  return it == p.end() ? nullptr : &it->second;
+  return it == p.end() ? Vec() : it->second;
 }
 
 // LoRA dropout for RefLoss: the adapters are applied unmerged, each on its input with its own
@@ -230,13 +180,13 @@ double RefLoss(const Case& c, const Params& p, const Data& data,
                const RefDropout* drop = nullptr) {
   const DecoderConfig& cf = c.config;
   const int64_t m = c.b * c.s, d = cf.embed_dim, hd = cf.head_dim, v = cf.vocab_size;
-  const int64_t n_h = cf.num_heads, n_kv = cf.num_kv_heads, g = n_h / n_kv;
+  const int64_t n_h = cf.num_heads, n_kv = cf.num_kv_heads;
   const int64_t f = cf.intermediate_dim;
   const double eps = cf.norm_eps;
   // Projection `name` of x [m, in]: base (+ bias), and with `drop` its adapter on dropout(x).
   auto proj = [&](const std::string& name, const Vec& x, int64_t in, int64_t out,
                   const Vec& w) {
-    Vec y = RefLinear(x, w, Bias(p, name + ".bias"), m, in, out);
+    Vec y = reference::Linear(x, m, in, w, out, Bias(p, name + ".bias"));
     if (drop == nullptr || drop->offsets.count(name) == 0) return y;
     const Vec& a = p.at(name + ".lora_a.weight");
     const Vec& b = p.at(name + ".lora_b.weight");
@@ -247,10 +197,14 @@ double RefLoss(const Case& c, const Params& p, const Data& data,
     for (size_t i = 0; i < x.size(); ++i) {
       xd[i] = gen.Uniform() < drop->p ? 0.0 : x[i] / (1.0 - static_cast<double>(drop->p));
     }
-    const Vec delta = RefLinear(RefLinear(xd, a, nullptr, m, in, r), b, nullptr, m, r, out);
+    const Vec delta = reference::Linear(reference::Linear(xd, m, in, a, r), m, r, b, out);
     for (size_t i = 0; i < y.size(); ++i) y[i] += drop->scale * delta[i];
     return y;
   };
+  const Vec inv_freq = reference::RopeInvFrequencies(hd, cf.rope_base);
+  // Packed: the block-causal mask; otherwise causal.
+  const std::vector<bool> mask =
+      c.packed ? std::vector<bool>(data.mask.begin(), data.mask.end()) : std::vector<bool>();
   const Vec& emb = p.at("tok_embeddings.weight");
   Vec h(m * d);
   for (int64_t t = 0; t < m; ++t) {
@@ -259,64 +213,26 @@ double RefLoss(const Case& c, const Params& p, const Data& data,
   for (int64_t l = 0; l < cf.num_layers; ++l) {
     const std::string pre = absl::StrCat("layers.", l, ".");
     auto P = [&](const std::string& n) -> const Vec& { return p.at(pre + n); };
-    const Vec xn = RefRmsNorm(h, P("sa_norm.scale"), m, d, eps);
+    const Vec xn = reference::RmsNorm(h, m, d, P("sa_norm.scale"), eps);
     Vec q = proj(pre + "attn.q_proj", xn, d, n_h * hd, P("attn.q_proj.weight"));
     Vec k = proj(pre + "attn.k_proj", xn, d, n_kv * hd, P("attn.k_proj.weight"));
     const Vec vv = proj(pre + "attn.v_proj", xn, d, n_kv * hd, P("attn.v_proj.weight"));
-    RefRope(q, data.positions, m, n_h, hd, cf.rope_base, cf.rope_pairing);
-    RefRope(k, data.positions, m, n_kv, hd, cf.rope_base, cf.rope_pairing);
-    Vec attn(m * n_h * hd, 0.0);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    for (int64_t bi = 0; bi < c.b; ++bi) {
-      for (int64_t hh = 0; hh < n_h; ++hh) {
-        const int64_t kvh = hh / g;
-        for (int64_t i = 0; i < c.s; ++i) {
-          const double* qr = &q[((bi * c.s + i) * n_h + hh) * hd];
-          Vec sc(c.s, -INFINITY);
-          double mx = -INFINITY;
-          for (int64_t j = 0; j < c.s; ++j) {
-            const bool allowed = c.packed ? data.mask[(bi * c.s + i) * c.s + j] != 0.f : j <= i;
-            if (!allowed) continue;
-            const double* kr = &k[((bi * c.s + j) * n_kv + kvh) * hd];
-            double dot = 0;
-            for (int64_t e = 0; e < hd; ++e) dot += qr[e] * kr[e];
-            sc[j] = dot * scale;
-            mx = std::max(mx, sc[j]);
-          }
-          double sum = 0;
-          for (int64_t j = 0; j < c.s; ++j) sum += std::exp(sc[j] - mx);
-          double* o = &attn[((bi * c.s + i) * n_h + hh) * hd];
-          for (int64_t j = 0; j < c.s; ++j) {
-            const double pj = std::exp(sc[j] - mx) / sum;
-            const double* vr = &vv[((bi * c.s + j) * n_kv + kvh) * hd];
-            for (int64_t e = 0; e < hd; ++e) o[e] += pj * vr[e];
-          }
-        }
-      }
-    }
+    q = reference::Rope(q, c.b, c.s, n_h, hd, data.positions, inv_freq, cf.rope_pairing);
+    k = reference::Rope(k, c.b, c.s, n_kv, hd, data.positions, inv_freq, cf.rope_pairing);
+    const Vec attn = reference::Attention(q, k, vv, c.b, c.s, c.s, n_h, n_kv, hd, mask,
+                                          /*causal=*/true);
     const Vec o = proj(pre + "attn.output_proj", attn, n_h * hd, d, P("attn.output_proj.weight"));
     for (int64_t i = 0; i < m * d; ++i) h[i] += o[i];
-    const Vec xn2 = RefRmsNorm(h, P("mlp_norm.scale"), m, d, eps);
+    const Vec xn2 = reference::RmsNorm(h, m, d, P("mlp_norm.scale"), eps);
     const Vec gate = proj(pre + "mlp.w1", xn2, d, f, P("mlp.w1.weight"));
     const Vec up = proj(pre + "mlp.w3", xn2, d, f, P("mlp.w3.weight"));
-    Vec act(m * f);
-    for (int64_t i = 0; i < m * f; ++i) act[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const Vec down = proj(pre + "mlp.w2", act, f, d, P("mlp.w2.weight"));
+    const Vec down = proj(pre + "mlp.w2", reference::SiluMul(gate, up), f, d, P("mlp.w2.weight"));
     for (int64_t i = 0; i < m * d; ++i) h[i] += down[i];
   }
   const Vec& w_out = cf.tie_word_embeddings ? emb : p.at("output.weight");
-  const Vec logits = proj("output", RefRmsNorm(h, p.at("norm.scale"), m, d, eps), d, v, w_out);
-  double total = 0;
-  int64_t count = 0;
-  for (int64_t t = 0; t < m; ++t) {
-    if (data.labels[t] == ops::kIgnoreIndex) continue;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < v; ++j) mx = std::max(mx, logits[t * v + j]);
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(logits[t * v + j] - mx);
-    total += mx + std::log(sum) - logits[t * v + data.labels[t]];
-    ++count;
-  }
-  return total / count;
+  const Vec logits =
+      proj("output", reference::RmsNorm(h, m, d, p.at("norm.scale"), eps), d, v, w_out);
+  return reference::CrossEntropy(logits, m, v, data.labels, ops::kIgnoreIndex);
 }
 
 std::vector<float> Floats(const Tensor& t) { return ValueOrDie(t.ToFloatVector()); }
