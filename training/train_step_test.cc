@@ -213,14 +213,19 @@ TEST(TrainStepTest, StepsAfterTheFirstAllocateNothing) {
   }
 }
 
+// SGD with lr 0: the parameters stay put, so every step sees the same gradients.
+std::unique_ptr<Sgd> FrozenSgd(const Model& m) {
+  SgdOptions so;
+  so.lr = 0.0;
+  return ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), so));
+}
+
 TEST(TrainStepTest, ReportsThePreClipNormAndClipsToMaxNorm) {
   const DecoderConfig config = TinyConfig(false);
   Model m = MakeModel(config, 9);
   Generator gen(10);
   const MicroBatch batch = MakeBatch(2, 5, config.vocab_size, gen);
-  SgdOptions so;
-  so.lr = 0.0;  // parameters stay put, so both steps see the same gradients
-  auto opt = ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), so));
+  auto opt = FrozenSgd(m);
   const TrainStepResult r1 = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0));
   const double norm = Norm(Flat(m.grads));
   EXPECT_NEAR(r1.grad_norm, norm, 1e-9 * norm);
@@ -239,9 +244,7 @@ TEST(TrainStepTest, AfterBackwardHookRunsBeforeTheNormAndTheUpdate) {
   Model m = MakeModel(config, 13);
   Generator gen(14);
   const MicroBatch batch = MakeBatch(2, 5, config.vocab_size, gen);
-  SgdOptions so;
-  so.lr = 0.0;  // parameters stay put, so every step sees the same gradients
-  auto opt = ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), so));
+  auto opt = FrozenSgd(m);
   const TrainStepResult plain = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0));
   int calls = 0;
   const GradientHook twice = [&](const std::vector<Tensor>& grads) -> absl::Status {

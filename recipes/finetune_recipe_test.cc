@@ -1,0 +1,195 @@
+// The fine-tune skeleton with a third strategy written here, as QLoRA, DoRA or a distributed
+// recipe would plug in: the skeleton calls its hooks in the documented order, runs the
+// after-backward hook on every step's gradients (before the norm), hands it every checkpoint to
+// write and LATEST's to restore, adds its own config checks to validation, and ends the run
+// with the hook's error and the last good checkpoint when the hook fails.
+#include "recipes/finetune_recipe.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/hf.h"
+#include "config/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "recipes/checkpoint_dir.h"
+#include "tests/llama2c_fixture.h"
+#include "tests/recipe_test_util.h"
+#include "training/train_step.h"
+
+namespace cctune {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// What the strategies of one test saw, hook by hook.
+struct Record {
+  std::vector<std::string> calls;
+  int gradient_calls = 0;
+  double last_grad_sq = 0;  // the squared norm the hook saw last
+  std::vector<std::string> saved, restored;
+  bool fail_backward_after_first = false;
+};
+
+// All parameters train; a checkpoint is the HF weights. Every hook notes its call.
+class RecordingStrategy final : public FinetuneStrategy {
+ public:
+  explicit RecordingStrategy(Record* record) : r_(record) {}
+
+  FinetuneRecipeDocs docs() const override {
+    return {"recording_finetune", "a test strategy", "checkpoints", "model builder",
+            "initial weights"};
+  }
+  void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
+    if (root.Find("seed") != nullptr && root.Find("seed")->text() == "13") {
+      ConfigError e;
+      e.key = "seed";
+      e.message = "the recording strategy refuses seed 13";
+      errors->push_back(e);
+    }
+  }
+  absl::Status Configure(const ConfigNode& root) override { return Note("Configure"); }
+  absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
+                                                                 const ModelArgs& args) override {
+    r_->calls.push_back("BuildModel");
+    return FinetuneStrategy::BuildModel(root, args);
+  }
+  absl::StatusOr<ParameterArena> LoadCheckpointWeights(TransformerDecoder& model,
+                                                       const LoadedCheckpoint& ckpt, DType dtype,
+                                                       const Device& device,
+                                                       Generator& gen) override {
+    return absl::UnimplementedError("the test runs without a checkpointer");
+  }
+  absl::Status AfterLoad(const TransformerDecoder& model, const ParameterArena& params) override {
+    return Note("AfterLoad");
+  }
+  absl::StatusOr<ParameterLayout> TrainableLayout(const TransformerDecoder& model,
+                                                  const ParameterArena& params) const override {
+    r_->calls.push_back("TrainableLayout");
+    return params.layout().WithDType(DType::kF32);
+  }
+  void ConfigureTrainer(DecoderTrainerOptions* options) const override {
+    r_->calls.push_back("ConfigureTrainer");
+  }
+  absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
+      const ParameterArena& params, const ParameterArena& grads) const override {
+    r_->calls.push_back("OptimizerBuffers");
+    return ArenaParamBuffers(params, grads);
+  }
+  GradientHook AfterBackward() override {
+    r_->calls.push_back("AfterBackward");
+    return [r = r_](const std::vector<Tensor>& grads) -> absl::Status {
+      if (r->fail_backward_after_first && r->gradient_calls >= 1) {
+        return absl::UnavailableError("reduce-scatter: peer 1 is gone");
+      }
+      ++r->gradient_calls;
+      r->last_grad_sq = 0;
+      for (const Tensor& g : grads) {
+        for (float v : ValueOrDie(g.ToFloatVector())) r->last_grad_sq += double{v} * v;
+      }
+      return absl::OkStatus();
+    };
+  }
+  absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
+                           const HfModelConfig& config) const override {
+    r_->saved.push_back(dir);
+    return SaveHfCheckpoint(dir, params.ExportStateDict(), config, HfSaveOptions());
+  }
+  absl::Status RestoreWeights(const std::string& dir, const HfModelConfig& config,
+                              const ParameterLayout& trainable,
+                              ParameterArena& params) const override {
+    r_->restored.push_back(dir);
+    HfLoadOptions options;
+    options.alias_tied_output = false;
+    CCTUNE_ASSIGN_OR_RETURN(HfCheckpoint hf, LoadHfCheckpoint(dir, options));
+    return params.LoadStateDict(hf.state_dict).status();
+  }
+
+ private:
+  absl::Status Note(const char* hook) const {
+    r_->calls.push_back(hook);
+    return absl::OkStatus();
+  }
+  Record* r_;
+};
+
+class FinetuneRecipeTest : public ::testing::Test {
+ protected:
+  FinetuneRecipeTest()
+      : dir_(testing::TestTempDir("finetune_recipe")),
+        recipe_(MakeFinetuneRecipe([this] { return std::make_unique<RecordingStrategy>(&r_); })) {}
+
+  // The tiny full fine-tune: 32 samples, batch 8 in 2 micro-batches: 2 steps per epoch.
+  absl::StatusOr<Config> MakeConfig(const std::string& name,
+                                    const std::vector<std::string>& overrides) {
+    CCTUNE_ASSIGN_OR_RETURN(
+        Config config, Config::FromString(testing::TinyFullFinetuneYaml(Out(name), 32, 1)));
+    CCTUNE_RETURN_IF_ERROR(config.ApplyOverrides(overrides));
+    return config;
+  }
+  absl::Status Run(const std::string& name, const std::vector<std::string>& overrides) {
+    CCTUNE_ASSIGN_OR_RETURN(Config config, MakeConfig(name, overrides));
+    CCTUNE_RETURN_IF_ERROR(config.Resolve());
+    return recipe_.run(config);
+  }
+  std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
+
+  std::string dir_;
+  Record r_;
+  RecipeEntry recipe_;
+};
+
+TEST_F(FinetuneRecipeTest, CallsTheStrategysHooksInOrder) {
+  const absl::Status st = Run("order", {"save_every_n_steps=1"});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(r_.calls, ElementsAre("Configure", "BuildModel", "AfterLoad", "TrainableLayout",
+                                    "ConfigureTrainer", "OptimizerBuffers", "AfterBackward"));
+  EXPECT_EQ(r_.gradient_calls, 2);  // once per step
+  EXPECT_GT(r_.last_grad_sq, 0);
+  EXPECT_THAT(r_.saved, ElementsAre(Out("order") + "/step_1", Out("order") + "/step_2"));
+  EXPECT_TRUE(r_.restored.empty());
+  EXPECT_EQ(testing::LatestStep(Out("order")), 2);
+  const std::vector<testing::LogLine> log = testing::ReadLog(Out("order") + "/logs/metrics.jsonl");
+  ASSERT_EQ(log.size(), 2u);
+  // The hook saw the gradients before clipping: their norm is the logged (pre-clip) one.
+  EXPECT_NEAR(std::sqrt(r_.last_grad_sq), log[1].grad_norm, 1e-5 * log[1].grad_norm);
+}
+
+TEST_F(FinetuneRecipeTest, ResumeHandsLatestToTheStrategy) {
+  ASSERT_TRUE(Run("resume", {"stop_after_steps=1"}).ok());
+  r_ = Record();
+  const absl::Status st = Run("resume", {"resume_from_checkpoint=true"});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_THAT(r_.restored, ElementsAre(Out("resume") + "/step_1"));
+  EXPECT_EQ(r_.gradient_calls, 1);  // step 2 only
+  EXPECT_THAT(r_.saved, ElementsAre(Out("resume") + "/step_2"));
+}
+
+TEST_F(FinetuneRecipeTest, AHookErrorEndsTheRunWithTheLastGoodCheckpoint) {
+  r_.fail_backward_after_first = true;
+  const absl::Status st = Run("fail", {"save_every_n_steps=1"});
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_THAT(st.message(), HasSubstr("training stopped at step 2"));
+  EXPECT_THAT(st.message(), HasSubstr("reduce-scatter: peer 1 is gone"));
+  EXPECT_THAT(st.message(), HasSubstr("the last good checkpoint is " + Out("fail") + "/step_1"));
+  EXPECT_EQ(testing::LatestStep(Out("fail")), 1);
+}
+
+TEST_F(FinetuneRecipeTest, ValidationAddsTheStrategysChecks) {
+  absl::StatusOr<Config> config = MakeConfig("validate", {"seed=13", "batch_sise=4"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> problems;
+  for (const ConfigError& e : recipe_.validate(*config)) problems.push_back(e.ToString());
+  EXPECT_THAT(problems, ::testing::Contains(HasSubstr("refuses seed 13")));
+  EXPECT_THAT(problems, ::testing::Contains(HasSubstr("batch_sise")));
+  EXPECT_STREQ(recipe_.prog, "recording_finetune");
+  EXPECT_TRUE(recipe_.schema().Describe().find("gradient_accumulation_steps") !=
+              std::string::npos);
+}
+
+}  // namespace
+}  // namespace cctune
