@@ -213,39 +213,40 @@ TEST(TrainStepTest, StepsAfterTheFirstAllocateNothing) {
   }
 }
 
-// SGD with lr 0: the parameters stay put, so every step sees the same gradients.
-std::unique_ptr<Sgd> FrozenSgd(const Model& m) {
-  SgdOptions so;
-  so.lr = 0.0;
-  return ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m.params, m.grads)), so));
-}
+// A tiny model, a batch and SGD with lr 0: the parameters stay put, so every step sees the
+// same gradients.
+class FrozenTrainStepTest : public ::testing::Test {
+ protected:
+  FrozenTrainStepTest() : config_(TinyConfig(false)), m_(MakeModel(config_, 9)) {
+    Generator gen(10);
+    batch_ = MakeBatch(2, 5, config_.vocab_size, gen);
+    SgdOptions so;
+    so.lr = 0.0;
+    opt_ = ValueOrDie(Sgd::Create(ValueOrDie(ArenaParamBuffers(m_.params, m_.grads)), so));
+  }
 
-TEST(TrainStepTest, ReportsThePreClipNormAndClipsToMaxNorm) {
-  const DecoderConfig config = TinyConfig(false);
-  Model m = MakeModel(config, 9);
-  Generator gen(10);
-  const MicroBatch batch = MakeBatch(2, 5, config.vocab_size, gen);
-  auto opt = FrozenSgd(m);
-  const TrainStepResult r1 = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0));
-  const double norm = Norm(Flat(m.grads));
+  const DecoderConfig config_;
+  Model m_;
+  MicroBatch batch_;
+  std::unique_ptr<Sgd> opt_;
+};
+
+TEST_F(FrozenTrainStepTest, ReportsThePreClipNormAndClipsToMaxNorm) {
+  const TrainStepResult r1 = ValueOrDie(TrainStep(*m_.trainer, *opt_, {batch_}, 0.0));
+  const double norm = Norm(Flat(m_.grads));
   EXPECT_NEAR(r1.grad_norm, norm, 1e-9 * norm);
   const double max_norm = 0.25 * norm;
-  const TrainStepResult r2 = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, max_norm));
+  const TrainStepResult r2 = ValueOrDie(TrainStep(*m_.trainer, *opt_, {batch_}, max_norm));
   EXPECT_EQ(r2.loss, r1.loss);
   EXPECT_NEAR(r2.grad_norm, norm, 1e-9 * norm);
-  EXPECT_NEAR(Norm(Flat(m.grads)), max_norm, 1e-5 * max_norm);
+  EXPECT_NEAR(Norm(Flat(m_.grads)), max_norm, 1e-5 * max_norm);
 }
 
 // The after-backward hook (a reduce-scatter in the distributed recipes) sees the step's
 // gradients before the norm and the update: doubling them doubles the reported norm, and its
 // error ends the step with no update.
-TEST(TrainStepTest, AfterBackwardHookRunsBeforeTheNormAndTheUpdate) {
-  const DecoderConfig config = TinyConfig(false);
-  Model m = MakeModel(config, 13);
-  Generator gen(14);
-  const MicroBatch batch = MakeBatch(2, 5, config.vocab_size, gen);
-  auto opt = FrozenSgd(m);
-  const TrainStepResult plain = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0));
+TEST_F(FrozenTrainStepTest, AfterBackwardHookRunsBeforeTheNormAndTheUpdate) {
+  const TrainStepResult plain = ValueOrDie(TrainStep(*m_.trainer, *opt_, {batch_}, 0.0));
   int calls = 0;
   const GradientHook twice = [&](const std::vector<Tensor>& grads) -> absl::Status {
     ++calls;
@@ -255,18 +256,19 @@ TEST(TrainStepTest, AfterBackwardHookRunsBeforeTheNormAndTheUpdate) {
     }
     return absl::OkStatus();
   };
-  const TrainStepResult doubled = ValueOrDie(TrainStep(*m.trainer, *opt, {batch}, 0.0, twice));
+  const TrainStepResult doubled =
+      ValueOrDie(TrainStep(*m_.trainer, *opt_, {batch_}, 0.0, twice));
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(doubled.loss, plain.loss);
   EXPECT_NEAR(doubled.grad_norm, 2.0 * plain.grad_norm, 1e-6 * plain.grad_norm);
 
-  const int64_t steps = opt->step();
+  const int64_t steps = opt_->step();
   const absl::Status st =
-      TrainStep(*m.trainer, *opt, {batch}, 0.0, [](const std::vector<Tensor>&) {
+      TrainStep(*m_.trainer, *opt_, {batch_}, 0.0, [](const std::vector<Tensor>&) {
         return absl::UnavailableError("peer gone");
       }).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
-  EXPECT_EQ(opt->step(), steps);
+  EXPECT_EQ(opt_->step(), steps);
 }
 
 TEST(TrainStepTest, RefusesStepsWithoutLabelsOrWithNonFiniteLoss) {
