@@ -34,14 +34,6 @@ absl::Status DeviceName(const ConfigNode& node) {
   return absl::OkStatus();
 }
 
-absl::Status NonNegative(const ConfigNode& node) {
-  if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
-      !(node.float_value() >= 0.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("must be >= 0, got ", node.text()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Probability(const ConfigNode& node) {
   if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
       !(node.float_value() > 0.0 && node.float_value() <= 1.0)) {
