@@ -1,6 +1,7 @@
 // Pieces the fine-tune recipes share: the HF config.json of a model, the dataset-file check
 // for `validate`, turning a collated batch into a micro-batch, and the validation loss.
-// The run itself (settings, data, step loop, checkpoints, main) is recipes/finetune_loop.h.
+// The run itself is the skeleton (recipes/finetune_recipe.h) on recipes/finetune_loop.h
+// (settings, data, step loop, checkpoints).
 #ifndef CCTUNE_RECIPES_FINETUNE_UTILS_H_
 #define CCTUNE_RECIPES_FINETUNE_UTILS_H_
 

@@ -94,8 +94,8 @@ void ExpectSameFiles(const std::string& got, const std::string& want,
                      const std::vector<std::string>& files);
 
 // A named run of a test's config with `overrides`.
-using NamedRecipeRunFn =
-    std::function<ProcessResult(const std::string& name, const std::vector<std::string>& overrides)>;
+using NamedRecipeRunFn = std::function<ProcessResult(
+    const std::string& name, const std::vector<std::string>& overrides)>;
 // Run `name` with `overrides` to the end: `steps` steps, the last loss 0.5 below the first.
 // Then `name`_resumed, stopped after `stop` steps and resumed (StopAndResume): the same log,
 // bit for bit, and the same `files` in checkpoint step_<steps>.
