@@ -24,18 +24,20 @@
 // (recipes/full_finetune_single_device.cc) and LoRA (recipes/lora_finetune_single_device.cc)
 // are the two strategies today. The hooks are where the next ones plug in without copying:
 //   - QLoRA: BuildModel (a quantized base), LoadCheckpointWeights (quantize while loading),
-//     the rest as LoRA (derive from the LoRA strategy).
-//   - DoRA: the LoRA strategy with a magnitude vector among the trainable parameters
-//     (TrainableLayout, OptimizerBuffers) and in the adapter it saves (SaveWeights).
+//     the rest LoRA's (a StrategyDecorator around MakeLoRAFinetuneStrategy()).
+//   - DoRA: LoRA with a magnitude vector among the trainable parameters (TrainableLayout,
+//     OptimizerBuffers) and in the adapter it saves (SaveWeights).
 //   - Distributed recipes (issue 11): TrainableLayout / OptimizerBuffers give each rank its
 //     shard, AfterBackward reduce-scatters the gradients before the norm and the update, and
-//     SaveWeights gathers the shards (or lets one rank write).
+//     SaveWeights gathers the shards (or lets one rank write); the rest the full or LoRA
+//     strategy's, decorated.
 #ifndef CCTUNE_RECIPES_FINETUNE_RECIPE_H_
 #define CCTUNE_RECIPES_FINETUNE_RECIPE_H_
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,6 +123,65 @@ class FinetuneStrategy {
   virtual absl::Status RestoreWeights(const std::string& dir, const HfModelConfig& config,
                                       const ParameterLayout& trainable,
                                       ParameterArena& params) const = 0;
+};
+
+// A strategy made from another: every hook goes to the inner strategy unless a subclass
+// overrides it, so a new recipe reuses a whole strategy and changes only what differs.
+//   QLoRA: StrategyDecorator(MakeLoRAFinetuneStrategy()) overriding BuildModel and
+//     LoadCheckpointWeights.
+//   A distributed full fine-tune: StrategyDecorator(MakeFullFinetuneStrategy()) overriding
+//     TrainableLayout, OptimizerBuffers, AfterBackward and SaveWeights.
+class StrategyDecorator : public FinetuneStrategy {
+ public:
+  explicit StrategyDecorator(std::unique_ptr<FinetuneStrategy> inner)
+      : inner_(std::move(inner)) {}
+
+  FinetuneRecipeDocs docs() const override { return inner_->docs(); }
+  absl::Status RegisterModels() const override { return inner_->RegisterModels(); }
+  void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
+    inner_->Validate(root, errors);
+  }
+  absl::Status Configure(const ConfigNode& root) override { return inner_->Configure(root); }
+  absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
+                                                                 const ModelArgs& args) override {
+    return inner_->BuildModel(root, args);
+  }
+  absl::StatusOr<ParameterArena> LoadCheckpointWeights(TransformerDecoder& model,
+                                                       const LoadedCheckpoint& ckpt, DType dtype,
+                                                       const Device& device,
+                                                       Generator& gen) override {
+    return inner_->LoadCheckpointWeights(model, ckpt, dtype, device, gen);
+  }
+  absl::Status AfterLoad(const TransformerDecoder& model, const ParameterArena& params) override {
+    return inner_->AfterLoad(model, params);
+  }
+  std::string DescribeTrainable(const TransformerDecoder& model) const override {
+    return inner_->DescribeTrainable(model);
+  }
+  absl::StatusOr<ParameterLayout> TrainableLayout(const TransformerDecoder& model,
+                                                  const ParameterArena& params) const override {
+    return inner_->TrainableLayout(model, params);
+  }
+  void ConfigureTrainer(DecoderTrainerOptions* options) const override {
+    inner_->ConfigureTrainer(options);
+  }
+  absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
+      const ParameterArena& params, const ParameterArena& grads) const override {
+    return inner_->OptimizerBuffers(params, grads);
+  }
+  GradientHook AfterBackward() override { return inner_->AfterBackward(); }
+  absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
+                           const HfModelConfig& config) const override {
+    return inner_->SaveWeights(dir, params, config);
+  }
+  absl::Status RestoreWeights(const std::string& dir, const HfModelConfig& config,
+                              const ParameterLayout& trainable,
+                              ParameterArena& params) const override {
+    return inner_->RestoreWeights(dir, config, trainable, params);
+  }
+
+ private:
+  std::unique_ptr<FinetuneStrategy> inner_;
 };
 
 // The recipe (for RecipeMain and `cctune run`) whose runs use a strategy from

@@ -1,8 +1,9 @@
-// The fine-tune skeleton with a third strategy written here, as QLoRA, DoRA or a distributed
-// recipe would plug in: the skeleton calls its hooks in the documented order, runs the
-// after-backward hook on every step's gradients (before the norm), hands it every checkpoint to
-// write and LATEST's to restore, adds its own config checks to validation, and ends the run
-// with the hook's error and the last good checkpoint when the hook fails.
+// The fine-tune skeleton with strategies written here, as QLoRA, DoRA or a distributed recipe
+// would plug in (decorating the full or the LoRA strategy): the skeleton calls the hooks in the
+// documented order, runs the after-backward hook on every step's gradients (before the norm),
+// hands the strategy every checkpoint to write and LATEST's to restore, adds its config checks
+// to validation, and ends the run with the hook's error and the last good checkpoint when the
+// hook fails; a decorated LoRA strategy keeps LoRA's trainable set and checkpoints.
 #include "recipes/finetune_recipe.h"
 
 #include <cmath>
@@ -11,11 +12,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/hf.h"
 #include "config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "recipes/checkpoint_dir.h"
+#include "recipes/full_finetune_single_device.h"
+#include "recipes/lora_finetune_single_device.h"
 #include "tests/llama2c_fixture.h"
 #include "tests/recipe_test_util.h"
 #include "training/train_step.h"
@@ -35,50 +37,54 @@ struct Record {
   bool fail_backward_after_first = false;
 };
 
-// All parameters train; a checkpoint is the HF weights. Every hook notes its call.
-class RecordingStrategy final : public FinetuneStrategy {
+// The full fine-tune's strategy, decorated: every hook notes its call and goes on to the full
+// strategy's; AfterBackward adds a gradient hook (what a distributed recipe's reduce-scatter
+// would be) that notes the squared norm it sees, and fails from the second step on request.
+class RecordingStrategy final : public StrategyDecorator {
  public:
-  explicit RecordingStrategy(Record* record) : r_(record) {}
+  explicit RecordingStrategy(Record* record)
+      : StrategyDecorator(MakeFullFinetuneStrategy()), r_(record) {}
 
   FinetuneRecipeDocs docs() const override {
-    return {"recording_finetune", "a test strategy", "checkpoints", "model builder",
-            "initial weights"};
+    FinetuneRecipeDocs d = StrategyDecorator::docs();
+    d.name = "recording_finetune";
+    return d;
   }
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
-    if (root.Find("seed") != nullptr && root.Find("seed")->text() == "13") {
+    StrategyDecorator::Validate(root, errors);
+    if (const ConfigNode* seed = root.Find("seed"); seed != nullptr && seed->text() == "13") {
       ConfigError e;
       e.key = "seed";
       e.message = "the recording strategy refuses seed 13";
       errors->push_back(e);
     }
   }
-  absl::Status Configure(const ConfigNode& root) override { return Note("Configure"); }
+  absl::Status Configure(const ConfigNode& root) override {
+    r_->calls.push_back("Configure");
+    return StrategyDecorator::Configure(root);
+  }
   absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
                                                                  const ModelArgs& args) override {
     r_->calls.push_back("BuildModel");
-    return FinetuneStrategy::BuildModel(root, args);
-  }
-  absl::StatusOr<ParameterArena> LoadCheckpointWeights(TransformerDecoder& model,
-                                                       const LoadedCheckpoint& ckpt, DType dtype,
-                                                       const Device& device,
-                                                       Generator& gen) override {
-    return absl::UnimplementedError("the test runs without a checkpointer");
+    return StrategyDecorator::BuildModel(root, args);
   }
   absl::Status AfterLoad(const TransformerDecoder& model, const ParameterArena& params) override {
-    return Note("AfterLoad");
+    r_->calls.push_back("AfterLoad");
+    return StrategyDecorator::AfterLoad(model, params);
   }
   absl::StatusOr<ParameterLayout> TrainableLayout(const TransformerDecoder& model,
                                                   const ParameterArena& params) const override {
     r_->calls.push_back("TrainableLayout");
-    return params.layout().WithDType(DType::kF32);
+    return StrategyDecorator::TrainableLayout(model, params);
   }
   void ConfigureTrainer(DecoderTrainerOptions* options) const override {
     r_->calls.push_back("ConfigureTrainer");
+    StrategyDecorator::ConfigureTrainer(options);
   }
   absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
       const ParameterArena& params, const ParameterArena& grads) const override {
     r_->calls.push_back("OptimizerBuffers");
-    return ArenaParamBuffers(params, grads);
+    return StrategyDecorator::OptimizerBuffers(params, grads);
   }
   GradientHook AfterBackward() override {
     r_->calls.push_back("AfterBackward");
@@ -97,23 +103,16 @@ class RecordingStrategy final : public FinetuneStrategy {
   absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
                            const HfModelConfig& config) const override {
     r_->saved.push_back(dir);
-    return SaveHfCheckpoint(dir, params.ExportStateDict(), config, HfSaveOptions());
+    return StrategyDecorator::SaveWeights(dir, params, config);
   }
   absl::Status RestoreWeights(const std::string& dir, const HfModelConfig& config,
                               const ParameterLayout& trainable,
                               ParameterArena& params) const override {
     r_->restored.push_back(dir);
-    HfLoadOptions options;
-    options.alias_tied_output = false;
-    CCTUNE_ASSIGN_OR_RETURN(HfCheckpoint hf, LoadHfCheckpoint(dir, options));
-    return params.LoadStateDict(hf.state_dict).status();
+    return StrategyDecorator::RestoreWeights(dir, config, trainable, params);
   }
 
  private:
-  absl::Status Note(const char* hook) const {
-    r_->calls.push_back(hook);
-    return absl::OkStatus();
-  }
   Record* r_;
 };
 
@@ -189,6 +188,48 @@ TEST_F(FinetuneRecipeTest, ValidationAddsTheStrategysChecks) {
   EXPECT_STREQ(recipe_.prog, "recording_finetune");
   EXPECT_TRUE(recipe_.schema().Describe().find("gradient_accumulation_steps") !=
               std::string::npos);
+}
+
+// LoRA, decorated as QLoRA would be (its own model step, everything else LoRA's): only the
+// adapters train, and the checkpoints hold the PEFT adapter beside the merged weights.
+class CountingLoRAStrategy final : public StrategyDecorator {
+ public:
+  explicit CountingLoRAStrategy(int* builds)
+      : StrategyDecorator(MakeLoRAFinetuneStrategy()), builds_(builds) {}
+  absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
+                                                                 const ModelArgs& args) override {
+    ++*builds_;
+    return StrategyDecorator::BuildModel(root, args);
+  }
+
+ private:
+  int* builds_;
+};
+
+TEST(DecoratedLoRATest, KeepsLoRAsTrainableSetAndCheckpoints) {
+  int builds = 0;
+  const RecipeEntry recipe =
+      MakeFinetuneRecipe([&] { return std::make_unique<CountingLoRAStrategy>(&builds); });
+  EXPECT_STREQ(recipe.prog, "lora_finetune_single_device");
+  const std::string out = testing::TestTempDir("decorated_lora") + "/run";
+  absl::StatusOr<Config> config = Config::FromString(absl::StrCat(
+      "output_dir: ", out, "\n",
+      testing::TinyModelYaml("cctune.models.tiny.lora_tiny_llama",
+                             "  lora_attn_modules: [q_proj, v_proj]\n  lora_rank: 2\n"),
+      testing::ByteTokenizerYaml(32), testing::SyntheticDatasetYaml(16, 5),
+      "batch_size: 8\noptimizer:\n  _component_: torch.optim.AdamW\n  lr: 0.01\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(recipe.validate(*config).empty());
+  ASSERT_TRUE(config->Resolve().ok());
+  const absl::Status st = recipe.run(*config);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(builds, 1);
+  const std::string ckpt = out + "/step_2";
+  EXPECT_EQ(testing::LatestStep(out), 2);
+  // 2 layers x (q, v) x (A, B): the adapters only.
+  EXPECT_EQ(testing::SafetensorsNames(ckpt + "/adapter_model.safetensors").size(), 8u);
+  EXPECT_TRUE(testing::Exists(ckpt + "/adapter_config.json"));
+  EXPECT_TRUE(testing::Exists(ckpt + "/model.safetensors"));
 }
 
 }  // namespace

@@ -59,4 +59,6 @@ class FullStrategy final : public FinetuneStrategy {
 
 const RecipeEntry& FullFinetuneRecipe() { return FinetuneRecipeOf<FullStrategy>(); }
 
+std::unique_ptr<FinetuneStrategy> MakeFullFinetuneStrategy() { return std::make_unique<FullStrategy>(); }
+
 }  // namespace cctune

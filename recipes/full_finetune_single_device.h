@@ -13,6 +13,9 @@
 #ifndef CCTUNE_RECIPES_FULL_FINETUNE_SINGLE_DEVICE_H_
 #define CCTUNE_RECIPES_FULL_FINETUNE_SINGLE_DEVICE_H_
 
+#include <memory>
+
+#include "recipes/finetune_recipe.h"
 #include "recipes/recipe_main.h"
 
 namespace cctune {
@@ -20,6 +23,10 @@ namespace cctune {
 // The recipe for RecipeMain and `cctune run`: its keys (docs/config_reference.md,
 // "Recipe keys: full_finetune_single_device"), validation and run (recipes/finetune_recipe.h).
 const RecipeEntry& FullFinetuneRecipe();
+
+// Its strategy: every parameter trains; a checkpoint holds the HF weights. For recipes that
+// reuse it through a StrategyDecorator (recipes/finetune_recipe.h).
+std::unique_ptr<FinetuneStrategy> MakeFullFinetuneStrategy();
 
 }  // namespace cctune
 

@@ -312,4 +312,6 @@ class LoRAStrategy final : public FinetuneStrategy {
 
 const RecipeEntry& LoRAFinetuneRecipe() { return FinetuneRecipeOf<LoRAStrategy>(); }
 
+std::unique_ptr<FinetuneStrategy> MakeLoRAFinetuneStrategy() { return std::make_unique<LoRAStrategy>(); }
+
 }  // namespace cctune

@@ -15,6 +15,9 @@
 #ifndef CCTUNE_RECIPES_LORA_FINETUNE_SINGLE_DEVICE_H_
 #define CCTUNE_RECIPES_LORA_FINETUNE_SINGLE_DEVICE_H_
 
+#include <memory>
+
+#include "recipes/finetune_recipe.h"
 #include "recipes/recipe_main.h"
 
 namespace cctune {
@@ -22,6 +25,10 @@ namespace cctune {
 // The recipe for RecipeMain and `cctune run`: its keys (docs/config_reference.md,
 // "Recipe keys: lora_finetune_single_device"), validation and run (recipes/finetune_recipe.h).
 const RecipeEntry& LoRAFinetuneRecipe();
+
+// Its strategy: only the adapters train; a checkpoint holds the PEFT adapter and the merged
+// weights. For recipes that reuse it through a StrategyDecorator (recipes/finetune_recipe.h).
+std::unique_ptr<FinetuneStrategy> MakeLoRAFinetuneStrategy();
 
 }  // namespace cctune
 

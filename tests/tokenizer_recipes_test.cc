@@ -196,7 +196,9 @@ quantizer: null
     const std::string ckpt = out + "/" + latest;
     EXPECT_TRUE(Exists(ckpt + "/model.safetensors")) << what;
     EXPECT_TRUE(Exists(ckpt + "/recipe_state.safetensors")) << what;
-    if (lora) EXPECT_TRUE(Exists(ckpt + "/adapter_model.safetensors")) << what;
+    if (lora) {
+      EXPECT_TRUE(Exists(ckpt + "/adapter_model.safetensors")) << what;
+    }
     return ckpt;
   }
 
