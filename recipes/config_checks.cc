@@ -13,14 +13,6 @@ absl::Status AtLeastOne(const ConfigNode& node) {
   return absl::OkStatus();
 }
 
-absl::Status NonNegative(const ConfigNode& node) {
-  if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
-      !(node.float_value() >= 0.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("must be >= 0, got ", node.text()));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status TrainingDeviceName(const ConfigNode& node) {
   if (node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
   absl::StatusOr<Device> d = ParseDevice(node.string_value());

@@ -15,8 +15,6 @@ namespace cctune {
 
 // Schema check: an int value must be >= 1 (other kinds pass; the schema checks types).
 absl::Status AtLeastOne(const ConfigNode& node);
-// Schema check: a number must be >= 0 (NaN is refused; other kinds pass).
-absl::Status NonNegative(const ConfigNode& node);
 // Schema check for the training recipes' `device`: "cpu", "cuda" or "cuda:N" (the syntax
 // only, so a config for a GPU machine validates anywhere).
 absl::Status TrainingDeviceName(const ConfigNode& node);

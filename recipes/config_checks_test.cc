@@ -1,9 +1,8 @@
-// The recipes' value checks (NonNegative) and the training recipes' device checks: names parse (cpu, cuda, cuda:N), meta and unknown names
+// The training recipes' device checks: names parse (cpu, cuda, cuda:N), meta and unknown names
 // are refused naming the value, and a CUDA device that cannot be used is refused with the key,
 // the value and the reason.
 #include "recipes/config_checks.h"
 
-#include <cmath>
 #include <string>
 
 #include "config/node.h"
@@ -12,16 +11,6 @@
 
 namespace cctune {
 namespace {
-
-TEST(NonNegativeTest, RefusesNegativesAndNaNNamingTheValue) {
-  EXPECT_TRUE(NonNegative(ConfigNode::Float(0.0)).ok());
-  EXPECT_TRUE(NonNegative(ConfigNode::Int(3)).ok());
-  EXPECT_TRUE(NonNegative(ConfigNode::String("-1")).ok());  // the schema checks the type
-  const absl::Status neg = NonNegative(ConfigNode::Float(-0.5));
-  EXPECT_FALSE(neg.ok());
-  EXPECT_NE(neg.message().find("must be >= 0, got -0.5"), std::string::npos) << neg;
-  EXPECT_FALSE(NonNegative(ConfigNode::Float(std::nan(""))).ok());
-}
 
 TEST(TrainingDeviceNameTest, AcceptsCpuAndCudaSyntaxAnywhere) {
   for (const char* name : {"cpu", "cuda", "cuda:0", "cuda:3"}) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpointer_components.h"
 #include "config/validate.h"
+#include "config/value_checks.h"
 #include "core/device.h"
 #include "core/device_interface.h"
 #include "core/random.h"

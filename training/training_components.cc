@@ -7,19 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/key_limits.h"
+#include "config/value_checks.h"
 #include "core/status.h"
 #include "kernels/op_types.h"
 
 namespace cctune {
 namespace {
-
-absl::Status NonNegativeNumber(const ConfigNode& node) {
-  if ((node.kind() == ConfigNode::Kind::kInt || node.kind() == ConfigNode::Kind::kFloat) &&
-      !(node.float_value() >= 0.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("must be >= 0, got ", node.text()));
-  }
-  return absl::OkStatus();
-}
 
 ConfigNode FloatList(std::vector<double> values) {
   std::vector<ConfigNode> items;
@@ -93,7 +86,7 @@ absl::Status RegisterTrainingComponents() {
         "cctune.optim.AdamW",
         Schema("", "AdamW (decoupled weight decay), fused over the parameter arena")
             .Required("lr", KeyType::Float(), "learning rate")
-            .Check("lr", NonNegativeNumber)
+            .Check("lr", NonNegative)
             .Default("betas", KeyType::List(KeyType::Float()), FloatList({0.9, 0.999}),
                      "[beta1, beta2]")
             .Default("eps", KeyType::Float(), ConfigNode::Float(1e-8), "denominator epsilon")
@@ -106,7 +99,7 @@ absl::Status RegisterTrainingComponents() {
         "cctune.optim.SGD",
         Schema("", "SGD with momentum / nesterov / L2 weight decay")
             .Required("lr", KeyType::Float(), "learning rate")
-            .Check("lr", NonNegativeNumber)
+            .Check("lr", NonNegative)
             .Default("momentum", KeyType::Float(), ConfigNode::Float(0), "momentum")
             .Default("dampening", KeyType::Float(), ConfigNode::Float(0), "dampening")
             .Default("weight_decay", KeyType::Float(), ConfigNode::Float(0), "L2 weight decay")
@@ -120,7 +113,7 @@ absl::Status RegisterTrainingComponents() {
         Schema("", "linear warmup then cosine decay (torchtune's)")
             .Default("num_warmup_steps", KeyType::Int().InRange(0, kMaxStepsKey),
                      ConfigNode::Int(0), "warmup steps")
-            .Check("num_warmup_steps", NonNegativeNumber)
+            .Check("num_warmup_steps", NonNegative)
             .Default("num_cycles", KeyType::Float(), ConfigNode::Float(0.5), "cosine cycles"),
         [](const ConfigNode& node, int64_t total) -> absl::StatusOr<CosineScheduleWithWarmup> {
           CCTUNE_ASSIGN_OR_RETURN(int64_t warmup, node.GetInt("num_warmup_steps"));
