@@ -114,6 +114,100 @@ absl::StatusOr<TokenizedMessages> TokenizeLlama3(const Tokenizer& tok,
   return out;
 }
 
+// torchtune's truncate() with its qwen2_5 arguments: the first (or last) max_seq_len tokens,
+// then, with end tokens, the last token becomes EOS and its mask 1 (even within the limit).
+void TruncateTorchtune(TokenizedMessages* out, int64_t max_seq_len, bool left,
+                       std::optional<int32_t> end_token) {
+  if (max_seq_len <= 0 || out->tokens.empty()) return;
+  if (static_cast<int64_t>(out->tokens.size()) > max_seq_len) {
+    const size_t drop = out->tokens.size() - max_seq_len;
+    if (left) {
+      out->tokens.erase(out->tokens.begin(), out->tokens.begin() + drop);
+      out->mask.erase(out->mask.begin(), out->mask.begin() + drop);
+    } else {
+      out->tokens.resize(max_seq_len);
+      out->mask.resize(max_seq_len);
+    }
+  }
+  if (end_token.has_value()) {
+    out->tokens.back() = *end_token;
+    out->mask.back() = 1;
+  }
+}
+
+absl::StatusOr<int32_t> RequireQwenSpecial(const Tokenizer& tok, const char* token) {
+  const std::optional<int32_t> id = tok.SpecialTokenId(token);
+  if (!id.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt format qwen2_5_chat needs the special token ", token,
+        ", which this tokenizer lacks (use a Qwen2.5 tokenizer)"));
+  }
+  return *id;
+}
+
+// torchtune's Qwen2_5Tokenizer.tokenize_messages (prompt_template None).
+absl::StatusOr<TokenizedMessages> TokenizeQwen2_5(const Tokenizer& tok,
+                                                  absl::Span<const Message> messages,
+                                                  const TokenizeMessagesOptions& options) {
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_start, RequireQwenSpecial(tok, "<|im_start|>"));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_end, RequireQwenSpecial(tok, "<|im_end|>"));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_start, RequireQwenSpecial(tok, "<tool_call>"));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_end, RequireQwenSpecial(tok, "</tool_call>"));
+  std::vector<int32_t> ids;
+  auto text = [&](std::string_view s) { tok.EncodeAppend(s, EncodeOptions(), &ids); };
+  auto start = [&](const char* role) {
+    ids.push_back(im_start);
+    text(absl::StrCat(role, "\n"));
+  };
+  auto end = [&] {
+    ids.push_back(im_end);
+    text("\n");
+  };
+  TokenizedMessages out;
+  const size_t n = messages.size();
+  for (size_t i = 0; i < n; ++i) {
+    const Message& m = messages[i];
+    ids.clear();
+    const bool tool = m.role == Role::kIpython;
+    const bool call = m.role == Role::kAssistant && m.ipython;
+    if (tool) {
+      if (i == 0 || messages[i - 1].role != Role::kIpython) {
+        start("user");
+        text("<tool_response>\n");
+      } else {
+        text("\n<tool_response>\n");
+      }
+    } else {
+      start(RoleName(m.role));
+      if (call) {
+        ids.push_back(call_start);
+        text("\n");
+      }
+    }
+    text(m.content);
+    if (tool) {
+      text("\n</tool_response>");
+      if (i + 1 == n || messages[i + 1].role != Role::kIpython) end();
+    } else {
+      if (call) {
+        text("\n");
+        ids.push_back(call_end);
+      }
+      if (m.role != Role::kAssistant || i + 1 != n) end();
+    }
+    Append(&out, ids, m.masked);
+    if (options.max_seq_len > 0 && static_cast<int64_t>(out.tokens.size()) >= options.max_seq_len) {
+      break;
+    }
+  }
+  if (options.add_end_tokens) {
+    Append(&out, {tok.eos_id()}, out.mask.empty() || out.mask.back() != 0);
+  }
+  TruncateTorchtune(&out, options.max_seq_len, options.truncate_left,
+                    options.add_end_tokens ? std::optional<int32_t>(tok.eos_id()) : std::nullopt);
+  return out;
+}
+
 // Meta's Llama 2 chat layout applied to the message texts: a system prompt goes into the
 // first user message after it (Meta's chat_completion; torchtune's template repeats it in
 // every later user message).
@@ -173,6 +267,17 @@ TokenizedMessages TokenizePlain(const Tokenizer& tok, absl::Span<const Message> 
 
 }  // namespace
 
+// torchtune's MistralChatTemplate: Llama 2's [INST] tags without system prompts.
+absl::StatusOr<std::vector<Message>> ApplyMistralTemplate(absl::Span<const Message> messages) {
+  for (const Message& m : messages) {
+    if (m.role == Role::kSystem) {
+      return absl::InvalidArgumentError(
+          "system prompts are not supported by mistral_chat (torchtune's MistralChatTemplate)");
+    }
+  }
+  return ApplyLlama2Template(messages);
+}
+
 absl::StatusOr<Role> ParseRole(std::string_view name) {
   if (name == "system") return Role::kSystem;
   if (name == "user") return Role::kUser;
@@ -197,9 +302,11 @@ absl::StatusOr<PromptFormat> ParsePromptFormat(std::string_view name) {
   if (name == "none") return PromptFormat::kNone;
   if (name == "llama2_chat") return PromptFormat::kLlama2Chat;
   if (name == "llama3_chat") return PromptFormat::kLlama3Chat;
+  if (name == "mistral_chat") return PromptFormat::kMistralChat;
+  if (name == "qwen2_5_chat") return PromptFormat::kQwen2_5Chat;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown prompt format '", std::string(name),
-                   "'; expected none, llama2_chat or llama3_chat"));
+                   "'; expected none, llama2_chat, llama3_chat, mistral_chat or qwen2_5_chat"));
 }
 
 const char* PromptFormatName(PromptFormat format) {
@@ -207,6 +314,8 @@ const char* PromptFormatName(PromptFormat format) {
     case PromptFormat::kNone: return "none";
     case PromptFormat::kLlama2Chat: return "llama2_chat";
     case PromptFormat::kLlama3Chat: return "llama3_chat";
+    case PromptFormat::kMistralChat: return "mistral_chat";
+    case PromptFormat::kQwen2_5Chat: return "qwen2_5_chat";
   }
   return "?";
 }
@@ -226,6 +335,13 @@ absl::StatusOr<TokenizedMessages> TokenizeMessages(const Tokenizer& tokenizer,
       const std::vector<Message> templated = ApplyLlama2Template(messages);
       return TokenizePlain(tokenizer, templated, options);
     }
+    case PromptFormat::kMistralChat: {
+      CCTUNE_ASSIGN_OR_RETURN(const std::vector<Message> templated,
+                              ApplyMistralTemplate(messages));
+      return TokenizePlain(tokenizer, templated, options);
+    }
+    case PromptFormat::kQwen2_5Chat:
+      return TokenizeQwen2_5(tokenizer, messages, options);
     case PromptFormat::kNone:
       return TokenizePlain(tokenizer, messages, options);
   }
@@ -237,7 +353,7 @@ absl::StatusOr<std::vector<int32_t>> InferencePrompt(const Tokenizer& tokenizer,
                                                      absl::Span<const Message> messages) {
   TokenizeMessagesOptions options;
   options.add_end_tokens = false;
-  if (format == PromptFormat::kLlama3Chat) {
+  if (format == PromptFormat::kLlama3Chat || format == PromptFormat::kQwen2_5Chat) {
     // An empty assistant message opens its header, as torchtune's generate recipe does.
     std::vector<Message> with_reply(messages.begin(), messages.end());
     Message reply;

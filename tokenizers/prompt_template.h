@@ -5,6 +5,15 @@
 //   llama2_chat: Meta's [INST] format: "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]"
 //                then " {assistant}" and EOS, BOS at each turn (torchtune's
 //                Llama2ChatTemplate with tokenize_messages_no_special_tokens);
+//   mistral_chat: torchtune's MistralChatTemplate: "[INST] {user} [/INST] " then the answer
+//                and EOS, BOS at each turn (Llama 2's layout without system prompts, which are
+//                an error), with tokenize_messages_no_special_tokens;
+//   qwen2_5_chat: ChatML as torchtune's Qwen2_5Tokenizer.tokenize_messages lays it out:
+//                <|im_start|>role\n content <|im_end|>\n per message (none after a last
+//                assistant message), tool calls in <tool_call>\n...\n</tool_call>, ipython
+//                results as a user turn of <tool_response>\n...\n</tool_response> blocks, EOS
+//                (<|im_end|>) at the end; truncation as torchtune's truncate() (the last
+//                token of a cut or limited sequence becomes EOS, its mask 1);
 //   none:        the contents concatenated, BOS at each turn and EOS after each answer.
 // InferencePrompt() leaves the assistant's turn open so that generation continues it.
 #ifndef CCTUNE_TOKENIZERS_PROMPT_TEMPLATE_H_
@@ -37,9 +46,9 @@ struct Message {
   bool ipython = false;
 };
 
-enum class PromptFormat { kNone, kLlama2Chat, kLlama3Chat };
+enum class PromptFormat { kNone, kLlama2Chat, kLlama3Chat, kMistralChat, kQwen2_5Chat };
 
-// "none", "llama2_chat", "llama3_chat".
+// "none", "llama2_chat", "llama3_chat", "mistral_chat", "qwen2_5_chat".
 absl::StatusOr<PromptFormat> ParsePromptFormat(std::string_view name);
 const char* PromptFormatName(PromptFormat format);
 
@@ -54,6 +63,8 @@ struct TokenizeMessagesOptions {
   int64_t max_seq_len = 0;
   // false: the last message is left open (no <|eot_id|> / EOS after it).
   bool add_end_tokens = true;
+  // qwen2_5_chat: keep the first (false, torchtune's "right") or the last max_seq_len tokens.
+  bool truncate_left = false;
 };
 
 absl::StatusOr<TokenizedMessages> TokenizeMessages(const Tokenizer& tokenizer,

@@ -75,6 +75,40 @@ absl::StatusOr<TokenizerFixture> LoadTokenizerFixture(const std::string& file_na
   return fixture;
 }
 
+absl::StatusOr<std::vector<ChatCase>> LoadChatCases(const std::string& file_name,
+                                                    const std::string& model) {
+  CCTUNE_ASSIGN_OR_RETURN(const std::string path, TokenizerFixturePath(file_name));
+  CCTUNE_ASSIGN_OR_RETURN(const std::string text, ReadTestFile(path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::DataLossError(absl::StrCat(path, " is not a JSON object"));
+  }
+  const nlohmann::json* list = nullptr;
+  if (model.empty()) {
+    if (j.contains("chat_cases")) list = &j["chat_cases"];
+  } else if (j.contains("models") && j["models"].contains(model)) {
+    list = &j["models"][model];
+  }
+  if (list == nullptr || !list->is_array()) {
+    return absl::NotFoundError(absl::StrCat(path, " has no chat cases for '", model, "'"));
+  }
+  std::vector<ChatCase> out;
+  for (const nlohmann::json& c : *list) {
+    ChatCase cc;
+    for (const nlohmann::json& m : c.at("messages")) {
+      cc.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>(),
+                             m.at("masked").get<bool>(), m.value("ipython", false)});
+    }
+    cc.max_seq_len = c.value("max_seq_len", int64_t{0});
+    cc.add_end_tokens = c.value("add_end_tokens", true);
+    cc.truncate_left = c.value("truncation_type", std::string("right")) == "left";
+    cc.ids = c.at("ids").get<std::vector<int32_t>>();
+    for (bool b : c.at("mask").get<std::vector<bool>>()) cc.mask.push_back(b ? 1 : 0);
+    out.push_back(std::move(cc));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<EncodeCase>> LoadSharedVocabVectors(const std::string& dir) {
   CCTUNE_ASSIGN_OR_RETURN(const std::string inp_path, SharedFile(dir + "/vectors.inp"));
   CCTUNE_ASSIGN_OR_RETURN(const std::string out_path, SharedFile(dir + "/vectors.out"));

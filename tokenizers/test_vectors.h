@@ -32,6 +32,29 @@ struct TokenizerFixture {
   std::vector<DecodeCase> decode_cases;
 };
 
+// A conversation and the ids and per-token masks the reference gives it
+// (tools/golden/gen_qwen_mistral_fixtures.py's "chat_cases").
+struct ChatMessage {
+  std::string role;
+  std::string content;
+  bool masked = false;
+  bool ipython = false;
+};
+
+struct ChatCase {
+  std::vector<ChatMessage> messages;
+  int64_t max_seq_len = 0;  // 0: none
+  bool add_end_tokens = true;
+  bool truncate_left = false;
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+};
+
+// tests/assets/tokenizers/<file_name>'s "chat_cases", or, when `model` is not empty, its
+// "models"[model] list. NotFound when that model has no entry.
+absl::StatusOr<std::vector<ChatCase>> LoadChatCases(const std::string& file_name,
+                                                    const std::string& model = "");
+
 // The path of tests/assets/tokenizers/<file_name> (runfiles first, then the source tree).
 absl::StatusOr<std::string> TokenizerFixturePath(const std::string& file_name);
 

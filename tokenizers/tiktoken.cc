@@ -12,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "tokenizers/pcre2_split.h"
 #include "tokenizers/utf8.h"
 
 namespace cctune {
@@ -127,40 +128,6 @@ std::string Shorten(std::string_view s) {
   std::string shown = absl::CHexEscape(AbslView(s.substr(0, kMax)));
   if (s.size() > kMax) shown += "...";
   return shown;
-}
-
-// PCRE2's \s (with UCP) lacks U+0085, which the regex engine behind tiktoken counts as white
-// space. Spell it out so both split alike.
-std::string AddNextLineToWhitespace(std::string_view pattern) {
-  std::string out;
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    const char c = pattern[i];
-    if (c == '\\' && i + 1 < pattern.size()) {
-      const char e = pattern[i + 1];
-      if (e == 's') {
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-      } else if (e == 'S' && !in_class) {
-        out += "[^\\s\\x{85}]";
-      } else {
-        out += c;
-        out += e;
-      }
-      ++i;
-      continue;
-    }
-    if (c == '[' && !in_class) {
-      in_class = true;
-      out += c;
-      // A ']' right after '[' or '[^' is a literal.
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
-      continue;
-    }
-    if (c == ']' && in_class) in_class = false;
-    out += c;
-  }
-  return out;
 }
 
 // Per-thread PCRE2 state: match data and a JIT stack that grows on demand.
