@@ -57,13 +57,18 @@ void Append(TokenizedMessages* out, absl::Span<const int32_t> ids, bool masked) 
 }
 
 // torchtune's truncate(): keep max_seq_len tokens; with an end token, the last becomes it.
+// `dropped`: messages were left out at the limit, which counts as a cut.
 void Truncate(TokenizedMessages* out, int64_t max_seq_len, std::optional<int32_t> end_token,
-              std::optional<bool> end_mask) {
-  // Unlike torchtune, a sequence within the limit keeps its last token (torchtune turns it
-  // into EOS, which matters only when the last message is not an answer).
-  if (max_seq_len <= 0 || static_cast<int64_t>(out->tokens.size()) <= max_seq_len) return;
-  out->tokens.resize(max_seq_len);
-  out->mask.resize(max_seq_len);
+              std::optional<bool> end_mask, bool dropped = false) {
+  // Unlike torchtune, a whole conversation within the limit keeps its last token (torchtune
+  // turns it into EOS, which matters only when the last message is not an answer, as in an
+  // inference prompt). A cut one ends as torchtune's does.
+  if (max_seq_len <= 0 || out->tokens.empty()) return;
+  if (static_cast<int64_t>(out->tokens.size()) <= max_seq_len && !dropped) return;
+  if (static_cast<int64_t>(out->tokens.size()) > max_seq_len) {
+    out->tokens.resize(max_seq_len);
+    out->mask.resize(max_seq_len);
+  }
   if (end_token.has_value()) out->tokens.back() = *end_token;
   if (end_mask.has_value()) out->mask.back() = *end_mask ? 1 : 0;
 }
@@ -238,6 +243,7 @@ TokenizedMessages TokenizePlain(const Tokenizer& tok, absl::Span<const Message> 
   bool start_of_turn = true;
   bool prev_ends_with_space = false;
   bool last_masked = false;
+  bool dropped = false;
   std::vector<int32_t> ids;
   for (size_t i = 0; i < messages.size(); ++i) {
     const Message& m = messages[i];
@@ -258,10 +264,11 @@ TokenizedMessages TokenizePlain(const Tokenizer& tok, absl::Span<const Message> 
       start_of_turn = false;
     }
     if (options.max_seq_len > 0 && static_cast<int64_t>(out.tokens.size()) >= options.max_seq_len) {
+      dropped = !last;
       break;
     }
   }
-  Truncate(&out, options.max_seq_len, tok.eos_id(), last_masked);
+  Truncate(&out, options.max_seq_len, tok.eos_id(), last_masked, dropped);
   return out;
 }
 

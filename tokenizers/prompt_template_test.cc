@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/shared_dir.h"
 #include "tokenizers/sentencepiece.h"
+#include "tokenizers/test_vectors.h"
 #include "tokenizers/tiktoken.h"
 
 namespace cctune {
@@ -196,6 +197,62 @@ TEST(PromptFormatTest, ParseNames) {
   EXPECT_EQ(*ParseRole("ipython"), Role::kIpython);
   EXPECT_STREQ(RoleName(Role::kAssistant), "assistant");
   EXPECT_FALSE(ParseRole("tool").ok());
+}
+
+}  // namespace
+}  // namespace cctune
+
+namespace cctune {
+namespace {
+
+// torchtune's MistralTokenizer.tokenize_messages (MistralChatTemplate, then
+// tokenize_messages_no_special_tokens), from tools/golden/gen_qwen_mistral_fixtures.py: on the
+// committed sp_bpe.model always, on ../shared's Llama 2 tokenizer (Mistral v0.1's kind) when
+// present.
+void ExpectMistralChatMatches(const std::string& model_path, const std::string& key) {
+  auto tok = SentencePieceTokenizer::Load(model_path);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto cases = cctune::testing::LoadChatCases("mistral_cases.json", key);
+  ASSERT_TRUE(cases.ok()) << cases.status();
+  ASSERT_GE(cases->size(), 15u);
+  for (size_t i = 0; i < cases->size(); ++i) {
+    const auto& c = (*cases)[i];
+    std::vector<Message> messages;
+    for (const auto& m : c.messages) {
+      auto role = ParseRole(m.role);
+      ASSERT_TRUE(role.ok());
+      messages.push_back(Msg(*role, m.content, m.masked));
+    }
+    TokenizeMessagesOptions options;
+    options.max_seq_len = c.max_seq_len;
+    auto got = TokenizeMessages(**tok, PromptFormat::kMistralChat, messages, options);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->tokens, c.ids) << key << " case " << i;
+    EXPECT_EQ(got->mask, c.mask) << key << " case " << i;
+  }
+}
+
+TEST(MistralPromptTest, MatchesTorchtuneOnTheCommittedModel) {
+  auto path = cctune::testing::TokenizerFixturePath("sp_bpe.model");
+  ASSERT_TRUE(path.ok());
+  ExpectMistralChatMatches(*path, "sp_bpe.model");
+}
+
+TEST(MistralPromptTest, MatchesTorchtuneOnTheLlama2Tokenizer) {
+  auto path = cctune::testing::SharedFile("tokenizers/llama2/tokenizer.model");
+  if (!path.ok()) GTEST_SKIP() << path.status();
+  ExpectMistralChatMatches(*path, "shared:tokenizers/llama2/tokenizer.model");
+}
+
+TEST(MistralPromptTest, SystemPromptsAreAnError) {
+  auto path = cctune::testing::TokenizerFixturePath("sp_bpe.model");
+  ASSERT_TRUE(path.ok());
+  auto tok = SentencePieceTokenizer::Load(*path);
+  ASSERT_TRUE(tok.ok());
+  auto got = TokenizeMessages(**tok, PromptFormat::kMistralChat,
+                              {Msg(Role::kSystem, "be nice", true), Msg(Role::kUser, "hi", true)});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("system prompts are not supported"));
 }
 
 }  // namespace
