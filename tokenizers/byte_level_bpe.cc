@@ -24,8 +24,8 @@ namespace internal {
 
 // Merged pieces, shared by all threads (short critical sections: one lookup or insert).
 struct BpeCache {
-  static constexpr size_t kMaxEntries = 1 << 16;
   static constexpr size_t kMaxPieceBytes = 256;
+  size_t max_entries = 0;
   std::mutex mu;
   absl::flat_hash_map<std::string, std::vector<int32_t>> pieces;
 };
@@ -321,6 +321,7 @@ absl::Status ByteLevelBpeTokenizer::Init(std::string_view vocab_json, std::strin
     }
   }
   nfc_ = options.nfc;
+  cache_->max_entries = options.cache_entries;
   CCTUNE_ASSIGN_OR_RETURN(splitter_, Pcre2Splitter::Compile(options.pattern, vocab_name));
   return absl::OkStatus();
 }
@@ -387,7 +388,8 @@ void ByteLevelBpeTokenizer::EncodePiece(std::string_view bytes, std::vector<int3
     }
     return;
   }
-  const bool cacheable = bytes.size() <= internal::BpeCache::kMaxPieceBytes;
+  const bool cacheable =
+      cache_->max_entries > 0 && bytes.size() <= internal::BpeCache::kMaxPieceBytes;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_->mu);
     auto it = cache_->pieces.find(AV(bytes));
@@ -401,7 +403,7 @@ void ByteLevelBpeTokenizer::EncodePiece(std::string_view bytes, std::vector<int3
   if (cacheable) {
     std::vector<int32_t> merged(ids->begin() + begin, ids->end());
     std::lock_guard<std::mutex> lock(cache_->mu);
-    if (cache_->pieces.size() >= internal::BpeCache::kMaxEntries) cache_->pieces.clear();
+    if (cache_->pieces.size() >= cache_->max_entries) cache_->pieces.clear();
     cache_->pieces.emplace(std::string(bytes), std::move(merged));
   }
 }
@@ -484,20 +486,25 @@ absl::StatusOr<std::string> ByteLevelBpeTokenizer::DecodePiece(int32_t id, int32
       "byte-level BPE decode: id ", id, " is neither a vocabulary nor a special token"));
 }
 
-absl::StatusOr<std::unique_ptr<ByteLevelBpeTokenizer>> MakeQwen2_5Tokenizer(
-    const std::string& vocab_path, const std::string& merges_path,
-    const std::string& special_tokens_path) {
+ByteLevelBpeOptions Qwen2_5Options() {
   ByteLevelBpeOptions options;
   options.pattern = kQwen2Pattern;
   options.nfc = true;
-  if (special_tokens_path.empty()) {
-    options.special_tokens = Qwen2_5SpecialTokens();
-  } else {
-    CCTUNE_ASSIGN_OR_RETURN(options.special_tokens, ReadHfSpecialTokens(special_tokens_path));
-  }
+  options.special_tokens = Qwen2_5SpecialTokens();
   options.eos_token = "<|im_end|>";
   options.pad_token = "<|endoftext|>";
+  // torchtune's stop_tokens: [eos_id, im_end_id].
   options.stop_tokens = {"<|im_end|>"};
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<ByteLevelBpeTokenizer>> MakeQwen2_5Tokenizer(
+    const std::string& vocab_path, const std::string& merges_path,
+    const std::string& special_tokens_path) {
+  ByteLevelBpeOptions options = Qwen2_5Options();
+  if (!special_tokens_path.empty()) {
+    CCTUNE_ASSIGN_OR_RETURN(options.special_tokens, ReadHfSpecialTokens(special_tokens_path));
+  }
   return ByteLevelBpeTokenizer::Load(vocab_path, merges_path, options);
 }
 

@@ -44,6 +44,9 @@ struct ByteLevelBpeOptions {
   std::string eos_token;
   std::string pad_token;
   std::vector<std::string> stop_tokens;
+  // Most pieces the merge cache holds before it starts over (torchtune's bpe_cache_size);
+  // 0: no cache.
+  size_t cache_entries = 151646;
 };
 
 class ByteLevelBpeTokenizer final : public Tokenizer {
@@ -131,6 +134,9 @@ std::vector<std::pair<std::string, int32_t>> Qwen2_5SpecialTokens();
 // ({"content", "id"}), as torchtune's parse_hf_tokenizer_json reads them.
 absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> ReadHfSpecialTokens(
     const std::string& tokenizer_json_path);
+
+// torchtune's Qwen2_5Tokenizer defaults (special tokens Qwen2_5SpecialTokens()).
+ByteLevelBpeOptions Qwen2_5Options();
 
 // torchtune's Qwen2_5Tokenizer: Qwen2's pattern, NFC, eos <|im_end|>, pad <|endoftext|>, no
 // BOS; generation stops at <|im_end|> (torchtune's stop_tokens [eos_id, im_end_id]). The

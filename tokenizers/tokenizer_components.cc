@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "config/key_limits.h"
 #include "core/status.h"
+#include "tokenizers/byte_level_bpe.h"
 #include "tokenizers/byte_tokenizer.h"
 #include "tokenizers/llama2c.h"
 #include "tokenizers/sentencepiece.h"
@@ -31,15 +32,22 @@ absl::Status PositiveOrNull(const ConfigNode& node) {
   return absl::OkStatus();
 }
 
-Schema TokenizerSchema(std::string doc, std::string template_doc) {
+Schema TokenizerSchema(std::string doc, std::string template_doc,
+                       ConfigNode default_template = ConfigNode::Null(),
+                       std::string path_doc = "the tokenizer file") {
   return Schema("", std::move(doc))
-      .Required("path", KeyType::String(), "the tokenizer file")
+      .Required("path", KeyType::String(), std::move(path_doc))
       .Check("path", FileExists)
       .Default("max_seq_len", KeyType::Int().InRange(1, kMaxSeqLenKey).OrNull(),
                ConfigNode::Null(), "longest tokenized sample or prompt (null: no limit)")
       .Check("max_seq_len", PositiveOrNull)
-      .Default("prompt_template", KeyType::String().OrNull(), ConfigNode::Null(),
+      .Default("prompt_template", KeyType::String().OrNull(), std::move(default_template),
                std::move(template_doc));
+}
+
+absl::Status FileExistsOrNull(const ConfigNode& node) {
+  if (node.kind() == ConfigNode::Kind::kNull) return absl::OkStatus();
+  return FileExists(node);
 }
 
 // prompt_template spellings -> formats. `allowed` lists what this tokenizer accepts.
@@ -54,6 +62,16 @@ absl::StatusOr<PromptFormat> ParseTemplate(const ConfigNode& node, PromptFormat 
     format = PromptFormat::kLlama2Chat;
   } else if (*name == "llama3_chat") {
     format = PromptFormat::kLlama3Chat;
+  } else if (*name == "torchtune.models.mistral.MistralChatTemplate" ||
+             *name == "cctune.models.mistral.MistralChatTemplate" || *name == "mistral_chat") {
+    format = PromptFormat::kMistralChat;
+  } else if (*name == "qwen2_5_chat") {
+    format = PromptFormat::kQwen2_5Chat;
+  } else if (*name == "torchtune.data.ChatMLTemplate" || *name == "cctune.data.ChatMLTemplate") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt_template '", *name,
+        "' is not supported: Qwen2.5's tokenizer already lays messages out in ChatML (torchtune "
+        "refuses the two together); use null"));
   } else if (*name == "none") {
     format = PromptFormat::kNone;
   } else {
@@ -147,6 +165,88 @@ absl::Status RegisterTokenizers() {
           CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> vocab, node.GetOptionalInt("vocab_size"));
           CCTUNE_ASSIGN_OR_RETURN(
               out.tokenizer, MakeLlama2cTokenizer(path, static_cast<int32_t>(vocab.value_or(0))));
+          return out;
+        }));
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.models.mistral.mistral_tokenizer",
+        TokenizerSchema("Mistral SentencePiece tokenizer (tokenizer.model; pad id 0, stops at EOS)",
+                        "torchtune.models.mistral.MistralChatTemplate ([INST] ... [/INST], no "
+                        "system prompts) or null (plain text)",
+                        ConfigNode::String("torchtune.models.mistral.MistralChatTemplate")),
+        [](const ConfigNode& node) -> absl::StatusOr<TokenizerComponent> {
+          TokenizerComponent out;
+          CCTUNE_RETURN_IF_ERROR(FillCommon(node, &out));
+          CCTUNE_ASSIGN_OR_RETURN(out.prompt_format,
+                                  ParseTemplate(node, PromptFormat::kNone,
+                                                {PromptFormat::kNone, PromptFormat::kMistralChat}));
+          CCTUNE_ASSIGN_OR_RETURN(std::string path, node.GetString("path"));
+          CCTUNE_ASSIGN_OR_RETURN(out.tokenizer, SentencePieceTokenizer::Load(path));
+          return out;
+        }));
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.models.qwen2_5.qwen2_5_tokenizer",
+        TokenizerSchema("Qwen2.5 byte-level BPE (vocab.json + merges.txt; NFC, Qwen's special "
+                        "tokens, ChatML messages as torchtune's Qwen2_5Tokenizer)",
+                        "null: ChatML, built into the tokenizer (qwen2_5_chat)", ConfigNode::Null(),
+                        "vocab.json")
+            .Required("merges_file", KeyType::String(), "merges.txt (merge ranks by line)")
+            .Check("merges_file", FileExists)
+            .Default("special_tokens_path", KeyType::String().OrNull(), ConfigNode::Null(),
+                     "a tokenizer.json whose added_tokens are the special tokens (null: Qwen2.5's "
+                     "22, ids 151643..151664)")
+            .Check("special_tokens_path", FileExistsOrNull)
+            .Default("truncation_type", KeyType::Enum({"right", "left"}),
+                     ConfigNode::String("right"),
+                     "right only: keep a long sample's first max_seq_len tokens (left is "
+                     "refused: the dataset pipeline cuts on the right)")
+            .Default("bos_token", KeyType::String().OrNull(), ConfigNode::Null(),
+                     "a special token prepended by add_bos (null: none)")
+            .Default("eos_token", KeyType::String(), ConfigNode::String("<|im_end|>"),
+                     "the special token that ends samples; generation stops at it and "
+                     "<|im_end|>")
+            .Default("pad_token", KeyType::String(), ConfigNode::String("<|endoftext|>"),
+                     "the padding token")
+            .Default("unk_token", KeyType::String().OrNull(), ConfigNode::Null(),
+                     "checked to be a special token; never produced (every byte has a token)")
+            .Default("errors", KeyType::Enum({"replace"}), ConfigNode::String("replace"),
+                     "invalid UTF-8 in decoded text becomes U+FFFD (Python's errors=replace)")
+            .Default("bpe_cache_size", KeyType::Int().InRange(0, int64_t{1} << 24),
+                     ConfigNode::Int(151646), "merged pieces cached before the cache restarts"),
+        [](const ConfigNode& node) -> absl::StatusOr<TokenizerComponent> {
+          TokenizerComponent out;
+          CCTUNE_RETURN_IF_ERROR(FillCommon(node, &out));
+          CCTUNE_ASSIGN_OR_RETURN(out.prompt_format, ParseTemplate(node, PromptFormat::kQwen2_5Chat,
+                                                                   {PromptFormat::kQwen2_5Chat}));
+          CCTUNE_ASSIGN_OR_RETURN(std::string truncation, node.GetString("truncation_type"));
+          if (truncation != "right") {
+            return absl::UnimplementedError(
+                "truncation_type 'left' is not supported; the dataset pipeline keeps a sample's "
+                "first max_seq_len tokens (use right)");
+          }
+          ByteLevelBpeOptions options = Qwen2_5Options();
+          CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> specials,
+                                  node.GetOptionalString("special_tokens_path"));
+          if (specials.has_value()) {
+            CCTUNE_ASSIGN_OR_RETURN(options.special_tokens, ReadHfSpecialTokens(*specials));
+          }
+          CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> bos, node.GetOptionalString("bos_token"));
+          CCTUNE_ASSIGN_OR_RETURN(options.eos_token, node.GetString("eos_token"));
+          CCTUNE_ASSIGN_OR_RETURN(options.pad_token, node.GetString("pad_token"));
+          CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> unk, node.GetOptionalString("unk_token"));
+          options.bos_token = bos.value_or("");
+          options.stop_tokens = {options.eos_token, "<|im_end|>"};
+          CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> cache, node.GetOptionalInt("bpe_cache_size"));
+          options.cache_entries = static_cast<size_t>(cache.value_or(151646));
+          CCTUNE_ASSIGN_OR_RETURN(std::string path, node.GetString("path"));
+          CCTUNE_ASSIGN_OR_RETURN(std::string merges, node.GetString("merges_file"));
+          CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<ByteLevelBpeTokenizer> tok,
+                                  ByteLevelBpeTokenizer::Load(path, merges, options));
+          if (unk.has_value() && !tok->SpecialTokenId(*unk).has_value()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("unk_token '", *unk, "' is not one of the special tokens"));
+          }
+          out.first_special_id = tok->first_special_id();
+          out.tokenizer = std::move(tok);
           return out;
         }));
     // The project's byte-level tokenizer (the demo model's): needs no file.

@@ -5,6 +5,11 @@
 //   cctune.models.llama2.llama2_tokenizer   SentencePiece tokenizer.model; no template, or
 //                                           prompt_template:
 //                                           torchtune.models.llama2.Llama2ChatTemplate
+//   cctune.models.mistral.mistral_tokenizer SentencePiece tokenizer.model; MistralChatTemplate
+//                                           ([INST] ... [/INST]) by default, null for none
+//   cctune.models.qwen2_5.qwen2_5_tokenizer byte-level BPE: path (vocab.json), merges_file,
+//                                           special_tokens_path (tokenizer.json, optional);
+//                                           ChatML as torchtune's Qwen2_5Tokenizer
 //   cctune.models.llama2c.llama2c_tokenizer llama2.c's tokenizer .bin (run.c's encoding)
 //   cctune.data.byte_tokenizer              the project's byte-level tokenizer
 //                                           (tokenizers/byte_tokenizer.h; max_seq_len only)

@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "tests/llama2c_fixture.h"
 #include "tests/util/shared_dir.h"
+#include "tokenizers/test_vectors.h"
 
 namespace cctune {
 namespace {
@@ -98,6 +99,80 @@ TEST(Llama2TokenizerComponentTest, SentencePiece) {
   EXPECT_EQ(t->tokenizer->vocab_size(), 32000);
   std::vector<int32_t> ids = t->tokenizer->Encode("Hello world", true, false);
   EXPECT_EQ(ValueOrDie(t->DecodeForPrint(ids)), "Hello world");
+}
+
+std::string Fixture(const std::string& name) { return ValueOrDie(testing::TokenizerFixturePath(name)); }
+
+TEST(MistralTokenizerComponentTest, DefaultsToMistralChatTemplate) {
+  const std::string head = "tokenizer:\n  _component_: torchtune.models.mistral.mistral_tokenizer\n"
+                           "  path: " + Fixture("sp_bpe.model") + "\n";
+  auto t = Make(head + "  max_seq_len: 64\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->prompt_format, PromptFormat::kMistralChat);
+  EXPECT_EQ(t->max_seq_len, 64);
+  EXPECT_EQ(t->tokenizer->pad_id(), 3);  // sp_bpe.model's own pad; Mistral's has none: 0
+  EXPECT_THAT(t->tokenizer->stop_tokens(), ::testing::ElementsAre(t->tokenizer->eos_id()));
+  Message user;
+  user.content = "hello";
+  auto prompt = InferencePrompt(*t->tokenizer, t->prompt_format, {user});
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(ValueOrDie(t->DecodeForPrint(*prompt)), "[INST] hello [/INST]");
+  t = Make(head + "  prompt_template: null\n");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->prompt_format, PromptFormat::kNone);
+  t = Make(head + "  prompt_template: llama3_chat\n");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("does not apply"));
+}
+
+TEST(Qwen2_5TokenizerComponentTest, EveryKeyTakesEffectOrIsRefused) {
+  const std::string head = "tokenizer:\n  _component_: torchtune.models.qwen2_5.qwen2_5_tokenizer\n"
+                           "  path: " + Fixture("qwen_bpe_vocab.json") + "\n  merges_file: " +
+                           Fixture("qwen_bpe_merges.txt") + "\n";
+  auto t = Make(head + "  max_seq_len: 32\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->prompt_format, PromptFormat::kQwen2_5Chat);
+  EXPECT_EQ(t->tokenizer->eos_id(), 151645);
+  EXPECT_EQ(t->tokenizer->pad_id(), 151643);
+  EXPECT_EQ(t->tokenizer->bos_id(), -1);
+  EXPECT_EQ(t->first_special_id, 151643);
+  Message user;
+  user.content = "hi";
+  auto prompt = InferencePrompt(*t->tokenizer, t->prompt_format, {user});
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(ValueOrDie(t->DecodeForPrint(*prompt)), "user\nhi\nassistant\n");
+  EXPECT_EQ(ValueOrDie(t->tokenizer->Decode(*prompt)),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+
+  t = Make(head + "  special_tokens_path: " + Fixture("qwen_bpe_tokenizer.json") +
+           "\n  eos_token: <|endoftext|>\n  bos_token: <|im_start|>\n  bpe_cache_size: 0\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->tokenizer->vocab_size(), 1022);
+  EXPECT_EQ(t->tokenizer->eos_id(), 1000);
+  EXPECT_EQ(t->tokenizer->bos_id(), 1001);
+  EXPECT_THAT(t->tokenizer->stop_tokens(), ::testing::ElementsAre(1000, 1002));
+
+  auto bad = Make(head + "  truncation_type: left\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("truncation_type 'left'"));
+  bad = Make(head + "  prompt_template: torchtune.data.ChatMLTemplate\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("already lays messages out"));
+  bad = Make(head + "  unk_token: <unk>\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("unk_token '<unk>'"));
+  bad = Make(head + "  eos_token: <|nope|>\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("<|nope|>"));
+  bad = Make(head + "  errors: strict\n");
+  ASSERT_FALSE(bad.ok());
+  bad = Make(head + "  special_tokens_path: /no/tokenizer.json\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("/no/tokenizer.json"));
+  bad = Make("tokenizer:\n  _component_: torchtune.models.qwen2_5.qwen2_5_tokenizer\n  path: " +
+             Fixture("qwen_bpe_vocab.json") + "\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("merges_file"));
 }
 
 TEST(TokenizerComponentsTest, ByteTokenizerNeedsNoFile) {
