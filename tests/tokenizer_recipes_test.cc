@@ -1,11 +1,13 @@
 // Every recipe binary with every tokenizer type, as real subprocesses: generate,
 // full_finetune_single_device and lora_finetune_single_device, each run directly and through
-// `cctune run <recipe>`, with tiktoken (Llama 3), SentencePiece (Llama 2), llama2.c and the
-// byte tokenizer. A link-level clash (as libsentencepiece's protobuf-lite against libprotobuf
-// once aborted every fine-tune given a .model) fails here at start-up, whatever the unit tests
-// say. Each fine-tune runs one step on a tiny random model and an instruct dataset written
-// here; generate then writes a few tokens from that step's checkpoint. All tokenizer files
-// are built by the test or committed (tests/assets/tokenizers/sp_bpe.model), so nothing skips.
+// `cctune run <recipe>`, with tiktoken (Llama 3), SentencePiece (Llama 2, and Mistral's with
+// its [INST] template), Qwen2.5's byte-level BPE (ChatML), llama2.c and the byte tokenizer. A
+// link-level clash (as libsentencepiece's protobuf-lite against libprotobuf once aborted every
+// fine-tune given a .model) fails here at start-up, whatever the unit tests say. Each
+// fine-tune runs one step on a tiny random model and an instruct dataset written here;
+// generate then writes a few tokens from that step's checkpoint. All tokenizer files are built
+// by the test or committed (tests/assets/tokenizers/sp_bpe.model, qwen_bpe_*), so nothing
+// skips.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +67,22 @@ class TokenizerRecipesTest : public ::testing::TestWithParam<std::string> {
                "  _component_: cctune.models.llama2.llama2_tokenizer\n  path: " +
                    RunfilePath("tests/assets/tokenizers/sp_bpe.model") + "\n  max_seq_len: 48\n",
                400};
+    } else if (name == "mistral") {
+      // Mistral's SentencePiece tokenizer with its [INST] template (torchtune's default).
+      case_ = {name,
+               "  _component_: torchtune.models.mistral.mistral_tokenizer\n  path: " +
+                   RunfilePath("tests/assets/tokenizers/sp_bpe.model") + "\n  max_seq_len: 48\n",
+               400};
+    } else if (name == "qwen2_5") {
+      // Byte-level BPE with ChatML; the special tokens (ids 1000..1021) from a tokenizer.json.
+      case_ = {name,
+               "  _component_: torchtune.models.qwen2_5.qwen2_5_tokenizer\n  path: " +
+                   RunfilePath("tests/assets/tokenizers/qwen_bpe_vocab.json") +
+                   "\n  merges_file: " + RunfilePath("tests/assets/tokenizers/qwen_bpe_merges.txt") +
+                   "\n  special_tokens_path: " +
+                   RunfilePath("tests/assets/tokenizers/qwen_bpe_tokenizer.json") +
+                   "\n  max_seq_len: 48\n",
+               1022};
     } else if (name == "llama2c") {
       ASSERT_TRUE(testing::WriteLlama2cFixture(dir_).ok());  // tok.bin has 300 tokens
       case_ = {name,
@@ -229,7 +247,8 @@ TEST_P(TokenizerRecipesTest, EveryRecipeRunsDirectlyAndThroughTheCli) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTokenizers, TokenizerRecipesTest,
-                         ::testing::Values("tiktoken", "sentencepiece", "llama2c", "byte"),
+                         ::testing::Values("tiktoken", "sentencepiece", "mistral", "qwen2_5",
+                                           "llama2c", "byte"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
