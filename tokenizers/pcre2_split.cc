@@ -74,9 +74,9 @@ absl::StatusOr<std::unique_ptr<Pcre2Splitter>> Pcre2Splitter::Compile(std::strin
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat(absl::string_view(owner.data(), owner.size()), ": bad pre-tokenizer pattern at offset ",
-                                                   error_offset, ": ",
-                                                   reinterpret_cast<const char*>(message)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::string_view(owner.data(), owner.size()), ": bad pattern at offset ",
+                     error_offset, ": ", reinterpret_cast<const char*>(message)));
   }
   std::unique_ptr<Pcre2Splitter> s(new Pcre2Splitter());
   s->code_ = code;
@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<Pcre2Splitter>> Pcre2Splitter::Compile(std::strin
 
 Pcre2Splitter::~Pcre2Splitter() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-bool Pcre2Splitter::Next(std::string_view text, size_t pos, size_t* start, size_t* end) const {
+Pcre2Splitter::Match Pcre2Splitter::Next(std::string_view text, size_t pos, size_t* start,
+                                          size_t* end) const {
   thread_local SplitThreadState state;
   auto* code = static_cast<const pcre2_code*>(code_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -99,11 +100,12 @@ bool Pcre2Splitter::Next(std::string_view text, size_t pos, size_t* start, size_
     rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, state.match_data,
                      state.context);
   }
-  if (rc < 0) return false;
+  if (rc == PCRE2_ERROR_NOMATCH) return Match::kNone;
+  if (rc < 0) return Match::kError;
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);
   *start = ovector[0];
   *end = ovector[1];
-  return true;
+  return Match::kFound;
 }
 
 }  // namespace cctune

@@ -27,23 +27,30 @@ class Pcre2Splitter {
   Pcre2Splitter(const Pcre2Splitter&) = delete;
   Pcre2Splitter& operator=(const Pcre2Splitter&) = delete;
 
-  // Calls fn(start, length) for each match in valid UTF-8 `text`, left to right. Text
-  // between matches (none for patterns whose last branch is \s+ ... that cover everything)
-  // is passed on too, so no byte is ever dropped. Thread-safe.
+  enum class Match { kFound, kNone, kError };
+  // The next match at or after `pos` in valid UTF-8 `text`: [*start, *end). kError: a PCRE2
+  // resource limit on pathological input.
+  Match Next(std::string_view text, size_t pos, size_t* start, size_t* end) const;
+
+  // Calls fn(start, length) for each piece of valid UTF-8 `text`, left to right: the matches,
+  // and (as Hugging Face's isolated Split keeps them) any text between or after them, so no
+  // byte is dropped. Where the matcher fails, the next character goes alone. Thread-safe.
   template <typename Fn>
   void ForEach(std::string_view text, Fn&& fn) const {
     size_t pos = 0;
     while (pos < text.size()) {
       size_t start = 0, end = 0;
-      if (!Next(text, pos, &start, &end)) {
+      const Match m = Next(text, pos, &start, &end);
+      if (m == Match::kNone) {
         fn(pos, text.size() - pos);
         return;
       }
-      if (start > pos) fn(pos, start - pos);
-      if (end == start) {  // an empty match: step one character on
-        end = start + 1;
+      if (m == Match::kError || end == start) {  // one character alone
+        start = pos;
+        end = pos + 1;
         while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
       }
+      if (start > pos) fn(pos, start - pos);
       fn(start, end - start);
       pos = end;
     }
@@ -51,9 +58,6 @@ class Pcre2Splitter {
 
  private:
   Pcre2Splitter() = default;
-  // The next match at or after `pos`: [*start, *end); false when there is none (or the
-  // matcher failed, in which case the rest is one piece).
-  bool Next(std::string_view text, size_t pos, size_t* start, size_t* end) const;
 
   void* code_ = nullptr;  // pcre2_code_8*
   bool jit_ = false;

@@ -73,12 +73,15 @@ void Truncate(TokenizedMessages* out, int64_t max_seq_len, std::optional<int32_t
   if (end_mask.has_value()) out->mask.back() = *end_mask ? 1 : 0;
 }
 
-absl::StatusOr<int32_t> RequireSpecial(const Tokenizer& tok, const char* token) {
+absl::StatusOr<int32_t> RequireSpecial(const Tokenizer& tok, const char* token,
+                                       PromptFormat format = PromptFormat::kLlama3Chat) {
   const std::optional<int32_t> id = tok.SpecialTokenId(token);
   if (!id.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt format llama3_chat needs the special token ", token,
-        ", which this tokenizer lacks (use a Llama 3 tokenizer, or llama2_chat / none)"));
+        "prompt format ", PromptFormatName(format), " needs the special token ", token,
+        ", which this tokenizer lacks (use a ",
+        format == PromptFormat::kLlama3Chat ? "Llama 3 tokenizer, or llama2_chat / none)"
+                                            : "Qwen2.5 tokenizer)"));
   }
   return *id;
 }
@@ -140,24 +143,15 @@ void TruncateTorchtune(TokenizedMessages* out, int64_t max_seq_len, bool left,
   }
 }
 
-absl::StatusOr<int32_t> RequireQwenSpecial(const Tokenizer& tok, const char* token) {
-  const std::optional<int32_t> id = tok.SpecialTokenId(token);
-  if (!id.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt format qwen2_5_chat needs the special token ", token,
-        ", which this tokenizer lacks (use a Qwen2.5 tokenizer)"));
-  }
-  return *id;
-}
-
 // torchtune's Qwen2_5Tokenizer.tokenize_messages (prompt_template None).
 absl::StatusOr<TokenizedMessages> TokenizeQwen2_5(const Tokenizer& tok,
                                                   absl::Span<const Message> messages,
                                                   const TokenizeMessagesOptions& options) {
-  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_start, RequireQwenSpecial(tok, "<|im_start|>"));
-  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_end, RequireQwenSpecial(tok, "<|im_end|>"));
-  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_start, RequireQwenSpecial(tok, "<tool_call>"));
-  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_end, RequireQwenSpecial(tok, "</tool_call>"));
+  constexpr PromptFormat kQwen = PromptFormat::kQwen2_5Chat;
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_start, RequireSpecial(tok, "<|im_start|>", kQwen));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t im_end, RequireSpecial(tok, "<|im_end|>", kQwen));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_start, RequireSpecial(tok, "<tool_call>", kQwen));
+  CCTUNE_ASSIGN_OR_RETURN(const int32_t call_end, RequireSpecial(tok, "</tool_call>", kQwen));
   std::vector<int32_t> ids;
   auto text = [&](std::string_view s) { tok.EncodeAppend(s, EncodeOptions(), &ids); };
   auto start = [&](const char* role) {

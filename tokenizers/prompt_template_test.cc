@@ -192,6 +192,9 @@ TEST(PromptFormatTest, ParseNames) {
   EXPECT_EQ(*ParsePromptFormat("llama3_chat"), PromptFormat::kLlama3Chat);
   EXPECT_EQ(*ParsePromptFormat("llama2_chat"), PromptFormat::kLlama2Chat);
   EXPECT_EQ(*ParsePromptFormat("none"), PromptFormat::kNone);
+  EXPECT_EQ(*ParsePromptFormat("mistral_chat"), PromptFormat::kMistralChat);
+  EXPECT_EQ(*ParsePromptFormat("qwen2_5_chat"), PromptFormat::kQwen2_5Chat);
+  EXPECT_STREQ(PromptFormatName(PromptFormat::kQwen2_5Chat), "qwen2_5_chat");
   EXPECT_THAT(std::string(ParsePromptFormat("chatml").status().message()),
               HasSubstr("unknown prompt format 'chatml'"));
   EXPECT_EQ(*ParseRole("ipython"), Role::kIpython);
@@ -253,6 +256,10 @@ TEST(MistralPromptTest, SystemPromptsAreAnError) {
                               {Msg(Role::kSystem, "be nice", true), Msg(Role::kUser, "hi", true)});
   ASSERT_FALSE(got.ok());
   EXPECT_THAT(got.status().message(), HasSubstr("system prompts are not supported"));
+  got = TokenizeMessages(**tok, PromptFormat::kQwen2_5Chat, {Msg(Role::kUser, "hi", true)});
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("qwen2_5_chat needs the special token <|im_start|>"));
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 #include "tokenizers/tiktoken.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -130,30 +127,6 @@ std::string Shorten(std::string_view s) {
   return shown;
 }
 
-// Per-thread PCRE2 state: match data and a JIT stack that grows on demand.
-struct RegexThreadState {
-  pcre2_match_data* match_data;
-  pcre2_match_context* context;
-  pcre2_jit_stack* stack;
-  RegexThreadState() {
-    match_data = pcre2_match_data_create(2, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    stack = pcre2_jit_stack_create(64 << 10, 64 << 20, nullptr);
-    CCTUNE_CHECK(match_data != nullptr && context != nullptr && stack != nullptr,
-                 "PCRE2 allocation failed");
-    pcre2_jit_stack_assign(context, nullptr, stack);
-  }
-  ~RegexThreadState() {
-    pcre2_jit_stack_free(stack);
-    pcre2_match_context_free(context);
-    pcre2_match_data_free(match_data);
-  }
-};
-
-RegexThreadState& ThreadRegexState() {
-  thread_local RegexThreadState state;
-  return state;
-}
 
 }  // namespace
 
@@ -205,9 +178,7 @@ void TiktokenTokenizer::ClearThreadCache() {
   ThreadPieceCache().Reset(0);
 }
 
-TiktokenTokenizer::~TiktokenTokenizer() {
-  if (regex_ != nullptr) pcre2_code_free(static_cast<pcre2_code*>(regex_));
-}
+TiktokenTokenizer::~TiktokenTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<TiktokenTokenizer>> TiktokenTokenizer::Load(
     const std::string& path, const TiktokenOptions& options) {
@@ -377,20 +348,7 @@ absl::Status TiktokenTokenizer::Init(std::string_view contents, std::string_view
   }
 
   // The pre-tokenisation regex.
-  const std::string pattern = AddNextLineToWhitespace(options.pattern);
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
-  if (code == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error_code, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("tiktoken: bad pattern at offset ",
-                                                   error_offset, ": ",
-                                                   reinterpret_cast<const char*>(message)));
-  }
-  regex_ = code;
-  jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  CCTUNE_ASSIGN_OR_RETURN(regex_, Pcre2Splitter::Compile(options.pattern, "tiktoken"));
   ascii_fast_path_ = options.pattern == kLlama3Pattern;
   instance_id_ = next_instance_id.fetch_add(1);
   return absl::OkStatus();
@@ -626,29 +584,6 @@ size_t TiktokenTokenizer::MatchAscii(std::string_view text, size_t pos) const {
   return 0;
 }
 
-TiktokenTokenizer::RegexResult TiktokenTokenizer::NextRegexMatch(std::string_view text,
-                                                                  size_t pos, size_t* start,
-                                                                  size_t* end) const {
-  RegexThreadState& state = ThreadRegexState();
-  auto* code = static_cast<const pcre2_code*>(regex_);
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  int rc = PCRE2_ERROR_NOMATCH;
-  if (jit_) {
-    rc = pcre2_jit_match(code, subject, text.size(), pos, 0, state.match_data, state.context);
-  }
-  if (!jit_ || (rc < 0 && rc != PCRE2_ERROR_NOMATCH)) {
-    // No JIT, or it ran out of stack: the interpreter (heap frames) decides.
-    rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, state.match_data,
-                     state.context);
-  }
-  if (rc == PCRE2_ERROR_NOMATCH) return RegexResult::kNoMatch;
-  if (rc < 0) return RegexResult::kError;
-  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);
-  *start = ovector[0];
-  *end = ovector[1];
-  return RegexResult::kMatch;
-}
-
 template <typename Fn>
 void TiktokenTokenizer::ForEachPiece(std::string_view text, bool use_fast_path,
                                      Fn&& fn) const {
@@ -661,16 +596,16 @@ void TiktokenTokenizer::ForEachPiece(std::string_view text, bool use_fast_path,
       continue;
     }
     size_t start = 0, end = 0;
-    switch (NextRegexMatch(text, pos, &start, &end)) {
-      case RegexResult::kNoMatch:
+    switch (regex_->Next(text, pos, &start, &end)) {
+      case Pcre2Splitter::Match::kNone:
         return;  // tiktoken drops text the pattern does not match
-      case RegexResult::kError:
+      case Pcre2Splitter::Match::kError:
         // A PCRE2 resource limit on pathological input: encode the next character alone
         // rather than lose or abort.
         start = pos;
         end = pos + std::max<size_t>(1, Utf8SequenceLength(text.substr(pos)));
         break;
-      case RegexResult::kMatch:
+      case Pcre2Splitter::Match::kFound:
         break;
     }
     if (end == start) {  // an empty match (custom patterns): step over one character

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "tokenizers/pcre2_split.h"
 #include "tokenizers/tokenizer.h"
 
 namespace cctune {
@@ -103,10 +104,6 @@ class TiktokenTokenizer final : public Tokenizer {
                    std::vector<int32_t>* ids) const;
   void MergeLinear(const uint8_t* p, size_t n, std::vector<int32_t>* ids) const;
   void MergeHeap(const uint8_t* p, size_t n, std::vector<int32_t>* ids) const;
-  enum class RegexResult { kMatch, kNoMatch, kError };
-  // The next PCRE2 match at or after `pos`: [*start, *end).
-  RegexResult NextRegexMatch(std::string_view text, size_t pos, size_t* start,
-                             size_t* end) const;
   // Calls fn(start, length) for each pre-tokenisation piece of valid UTF-8 `text`.
   template <typename Fn>
   void ForEachPiece(std::string_view text, bool use_fast_path, Fn&& fn) const;
@@ -126,8 +123,7 @@ class TiktokenTokenizer final : public Tokenizer {
   std::vector<size_t> special_lengths_;  // distinct, longest first
   bool special_first_byte_[256] = {};
 
-  void* regex_ = nullptr;  // pcre2_code_8*
-  bool jit_ = false;
+  std::unique_ptr<Pcre2Splitter> regex_;
   bool ascii_fast_path_ = false;  // the pattern is kLlama3Pattern
 
   int32_t bos_id_ = -1;
