@@ -1,9 +1,5 @@
 #include "tokenizers/byte_level_bpe.h"
 
-#include <unicode/bytestream.h>
-#include <unicode/normalizer2.h>
-#include <unicode/stringpiece.h>
-
 #include <algorithm>
 #include <mutex>
 #include <queue>
@@ -13,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "core/status.h"
 #include "nlohmann/json.hpp"
+#include "tokenizers/nfc.h"
 #include "tokenizers/utf8.h"
 
 namespace cctune {
@@ -87,29 +84,7 @@ std::string Shown(std::string_view s) {
   return shown;
 }
 
-bool IsAscii(std::string_view s) {
-  for (char c : s) {
-    if (static_cast<uint8_t>(c) >= 0x80) return false;
-  }
-  return true;
-}
-
 }  // namespace
-
-std::string NormalizeNfc(std::string_view text) {
-  if (IsAscii(text)) return std::string(text);
-  UErrorCode err = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
-  CCTUNE_CHECK(U_SUCCESS(err) && nfc != nullptr, "ICU's NFC normaliser is unavailable");
-  const icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
-  if (nfc->isNormalizedUTF8(piece, err) && U_SUCCESS(err)) return std::string(text);
-  err = U_ZERO_ERROR;
-  std::string out;
-  icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text.size()));
-  nfc->normalizeUTF8(0, piece, sink, nullptr, err);
-  CCTUNE_CHECK(U_SUCCESS(err), "ICU NFC normalisation failed");
-  return out;
-}
 
 std::vector<std::pair<std::string, int32_t>> Qwen2_5SpecialTokens() {
   static const char* const kTokens[] = {

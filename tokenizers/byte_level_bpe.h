@@ -1,6 +1,6 @@
 // GPT-2-style byte-level BPE from Hugging Face's vocab.json + merges.txt (Qwen2 / Qwen2.5),
 // as torchtune's Qwen2Tokenizer and transformers' Qwen2TokenizerFast encode:
-//   1. NFC normalisation (ICU), optional;
+//   1. NFC normalisation (tokenizers/nfc.h), optional;
 //   2. special tokens in the text become their ids (always: torchtune's Qwen2Tokenizer.encode
 //      splits on them, whatever EncodeOptions.parse_special says);
 //   3. the rest is split by the pre-tokeniser regex (PCRE2), each piece's UTF-8 bytes are
@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "tokenizers/nfc.h"
 #include "tokenizers/pcre2_split.h"
 #include "tokenizers/tokenizer.h"
 
@@ -145,9 +146,6 @@ ByteLevelBpeOptions Qwen2_5Options();
 absl::StatusOr<std::unique_ptr<ByteLevelBpeTokenizer>> MakeQwen2_5Tokenizer(
     const std::string& vocab_path, const std::string& merges_path,
     const std::string& special_tokens_path);
-
-// NFC normalisation of UTF-8 (ICU). Invalid UTF-8 should be replaced first.
-std::string NormalizeNfc(std::string_view text);
 
 }  // namespace cctune
 

@@ -17,7 +17,7 @@ PACKAGES=(
   libopenblas-dev      # f32 GEMM on CPU
   nlohmann-json3-dev   # safetensors headers, config.json
   libpcre2-dev         # Llama 3 pre-tokeniser regex
-  libicu-dev           # NFC normalisation (Qwen2.5 tokenizer)
+  libicu-dev           # test-only reference for tokenizers/nfc (NFC)
   libsentencepiece-dev # test-only reference for tokenizers/sentencepiece (reference test, bench)
   clang                # --config=fuzz (libFuzzer targets)
   libclang-rt-14-dev
