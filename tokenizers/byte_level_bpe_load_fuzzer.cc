@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "tokenizers/byte_level_bpe.h"
+#include "tokenizers/nfc.h"
 #include "tokenizers/utf8.h"
 
 namespace {
