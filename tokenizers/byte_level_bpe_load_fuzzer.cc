@@ -30,11 +30,7 @@ std::string ByteKey(int b) {
   }
   const uint32_t cp = cps[b];
   std::string s;
-  if (cp < 0x80) {
-    s = std::string(1, static_cast<char>(cp));
-  } else {
-    s = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-  }
+  cctune::AppendUtf8(cp, &s);
   if (s == "\"" || s == "\\") s = "\\" + s;
   return s;
 }

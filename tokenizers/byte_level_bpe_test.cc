@@ -211,11 +211,7 @@ std::string TinyVocab(const std::string& extra) {
     const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
     const uint32_t cp = printable ? b : 256 + shifted++;
     std::string utf8;
-    if (cp < 0x80) {
-      utf8 = std::string(1, static_cast<char>(cp));
-    } else {
-      utf8 = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-    }
+    AppendUtf8(cp, &utf8);
     if (utf8 == "\"" || utf8 == "\\") utf8 = "\\" + utf8;
     absl::StrAppend(&json, b == 0 ? "" : ",", "\"", utf8, "\":", b);
   }

@@ -5,6 +5,7 @@
 #define CCTUNE_TOKENIZERS_UTF8_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,9 @@ bool IsValidUtf8(std::string_view s);
 // Replaces each maximal invalid subpart with U+FFFD, exactly as Python's
 // bytes.decode("utf-8", errors="replace") does (Unicode's "substitution of maximal subparts").
 std::string ReplaceInvalidUtf8(std::string_view s);
+
+// Appends the UTF-8 encoding of code point cp (< 0x110000) to *out.
+void AppendUtf8(uint32_t cp, std::string* out);
 
 // Appends ReplaceInvalidUtf8(s) to *out.
 void AppendReplacingInvalidUtf8(std::string_view s, std::string* out);
