@@ -678,6 +678,8 @@ size_t DisallowedSequence(const std::string& s, size_t i) {
 
 bool PlainSafe(const std::string& s) {
   if (s.empty() || s.front() == ' ' || s.back() == ' ' || s.back() == ':') return false;
+  // "---" and "..." at the start of a line mark documents (a top-level key is at the start).
+  if (s.rfind("---", 0) == 0 || s.rfind("...", 0) == 0) return false;
   if (std::string("-?:,[]{}#&*!|>'\"%@`").find(s.front()) != std::string::npos) {
     // "-foo" and "./x"-like strings are fine plain unless the indicator is followed by space.
     if (!(s.front() == '-' && s.size() > 1 && s[1] != ' ')) return false;

@@ -371,6 +371,11 @@ TEST(YamlLoaderTest, PlainScalarsFoldedOverCarriageReturnsRoundTrip) {
                   "\"\n: 1\n");
 }
 
+TEST(YamlLoaderTest, KeysThatLookLikeDocumentMarkersRoundTrip) {
+  ExpectRoundTrip(ReadFile("config/fuzz/yaml_corpus/found_roundtrip_document_marker_key.yaml"));
+  ExpectRoundTrip("a: 1\n? --- b\n: x\n? ---c\n: '--- d'\ne: ['...', '---']\n");
+}
+
 TEST(YamlLoaderTest, LineBreakEscapesRoundTrip) {
   ExpectRoundTrip("a: \"\\N4YAMLParserExcu00e9\\t\\\\\"\nb: 'it''s'\n\n");
   ExpectRoundTrip("a: \"x\\Ny\"\n");
