@@ -174,7 +174,7 @@ absl::Status Main(const Flags& f) {
   }
 
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
-                          ModelRegistry::Global().Build(builder));
+                          BuildModel(builder));
   CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
                           ParameterArena::Create(*model, DType::kBF16, device));
   if (device.is_cpu()) {

@@ -11,6 +11,7 @@
 #include "checkpoint/hf.h"
 #include "checkpoint/llama2c.h"
 #include "core/status.h"
+#include "models/llama2c/llama2c.h"
 
 namespace cctune {
 
@@ -182,6 +183,7 @@ class HfCheckpointer final : public Checkpointer {
     LoadedCheckpoint out;
     out.state_dict = std::move(ck.state_dict);
     out.files = std::move(ck.files);
+    out.model_args.Set("checkpoint_dir", ConfigNode::String(dir_));
     const HfModelConfig& c = ck.config;
     out.sizes.source = (fs::path(dir_) / "config.json").string();
     out.sizes.vocab_size = c.vocab_size;
@@ -211,14 +213,7 @@ class Llama2cCheckpointer final : public Checkpointer {
     const Llama2cHeader& c = ck.config;
     LoadedCheckpoint out;
     out.state_dict = std::move(ck.state_dict);
-    out.model_args = {
-        {"dim", absl::StrCat(c.dim)},
-        {"hidden_dim", absl::StrCat(c.hidden_dim)},
-        {"n_layers", absl::StrCat(c.n_layers)},
-        {"n_heads", absl::StrCat(c.n_heads)},
-        {"n_kv_heads", absl::StrCat(c.n_kv_heads)},
-        {"vocab_size", absl::StrCat(c.shared_classifier ? c.vocab_size : -c.vocab_size)},
-        {"seq_len", absl::StrCat(c.seq_len)}};
+    out.model_args = Llama2cBuilderArgs(c);
     out.files = {path_};
     out.sizes.source = absl::StrCat("the llama2.c header of ", path_);
     out.sizes.vocab_size = c.vocab_size;

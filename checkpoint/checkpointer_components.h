@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/state_dict.h"
 #include "config/registry.h"
-#include "models/registry.h"
+#include "config/node.h"
 #include "modules/transformer_decoder.h"
 
 namespace cctune {
@@ -35,9 +35,10 @@ struct CheckpointModelSizes {
 
 struct LoadedCheckpoint {
   StateDict state_dict;  // torchtune names; may be zero-copy views on mapped files
-  // Builder arguments implied by the checkpoint (e.g. a llama2.c header); the model component
+  // Builder keys implied by the checkpoint, typed (a map: a llama2.c header's seven ints; an
+  // HF checkpoint's checkpoint_dir for cctune.models.from_config_json); the model component
   // uses them for keys its config node leaves out.
-  ModelArgs model_args;
+  ConfigNode model_args = ConfigNode::Map();
   std::vector<std::string> files;  // what was read
   CheckpointModelSizes sizes;
 };

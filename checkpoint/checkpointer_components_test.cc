@@ -36,7 +36,8 @@ TEST(HfCheckpointerTest, LoadsIntoAMatchingModel) {
       "  output_dir: /tmp\n");
   ASSERT_TRUE(ck.ok()) << ck.status();
   EXPECT_EQ(ck->state_dict.count("layers.1.attn.q_proj.weight"), 1u);
-  EXPECT_TRUE(ck->model_args.empty());
+  // Only where config.json lies, for cctune.models.from_config_json.
+  EXPECT_EQ(ck->model_args.Keys(), std::vector<std::string>{"checkpoint_dir"});
   // config.json: vocab 32, 2 layers, 4/2 heads, hidden 16, intermediate 24, 64 positions.
   auto model = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
   EXPECT_TRUE(LoadWeights(*model, ck->state_dict, DType::kF32, Device::Cpu()).ok());
@@ -115,10 +116,10 @@ TEST(Llama2cCheckpointerTest, HeaderGivesModelArguments) {
       "  checkpoint_dir: " +
       dir + "\n  checkpoint_files: [model.bin]\n");
   ASSERT_TRUE(ck.ok()) << ck.status();
-  EXPECT_EQ(ck->model_args.at("dim"), "32");
-  EXPECT_EQ(ck->model_args.at("n_kv_heads"), "2");
-  EXPECT_EQ(ck->model_args.at("vocab_size"), "300");
-  EXPECT_EQ(ck->model_args.at("seq_len"), "64");
+  EXPECT_EQ(ck->model_args.Child("dim")->int_value(), 32);
+  EXPECT_EQ(ck->model_args.Child("n_kv_heads")->int_value(), 2);
+  EXPECT_EQ(ck->model_args.Child("vocab_size")->int_value(), 300);
+  EXPECT_EQ(ck->model_args.Child("seq_len")->int_value(), 64);
   auto two = Load(
       "checkpointer:\n  _component_: cctune.training.Llama2cCheckpointer\n"
       "  checkpoint_dir: " +

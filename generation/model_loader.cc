@@ -5,22 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/llama2c.h"
 #include "core/status.h"
+#include "models/llama2c/llama2c.h"
+#include "models/registry.h"
 
 namespace cctune {
-
-namespace {
-
-ModelArgs ArgsFromHeader(const Llama2cHeader& c) {
-  return {{"dim", absl::StrCat(c.dim)},
-          {"hidden_dim", absl::StrCat(c.hidden_dim)},
-          {"n_layers", absl::StrCat(c.n_layers)},
-          {"n_heads", absl::StrCat(c.n_heads)},
-          {"n_kv_heads", absl::StrCat(c.n_kv_heads)},
-          {"vocab_size", absl::StrCat(c.shared_classifier ? c.vocab_size : -c.vocab_size)},
-          {"seq_len", absl::StrCat(c.seq_len)}};
-}
-
-}  // namespace
 
 absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
                                            DType dtype, const Device& device) {
@@ -40,11 +28,11 @@ absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const Stat
   return arena;
 }
 
-absl::StatusOr<ModelArgs> Llama2cModelArgs(const std::string& bin_path) {
+absl::StatusOr<ConfigNode> Llama2cModelArgs(const std::string& bin_path) {
   // Only the header is needed, but LoadLlama2c also checks the file size against it and
   // merely maps the weights.
   CCTUNE_ASSIGN_OR_RETURN(Llama2cCheckpoint ck, LoadLlama2c(bin_path));
-  return ArgsFromHeader(ck.config);
+  return Llama2cBuilderArgs(ck.config);
 }
 
 absl::StatusOr<LoadedModel> LoadLlama2cModel(const std::string& bin_path, DType dtype,
@@ -53,7 +41,7 @@ absl::StatusOr<LoadedModel> LoadLlama2cModel(const std::string& bin_path, DType 
   LoadedModel loaded;
   CCTUNE_ASSIGN_OR_RETURN(
       loaded.model,
-      ModelRegistry::Global().Build("cctune.models.llama2c.llama2c", ArgsFromHeader(ck.config)));
+      BuildModel("cctune.models.llama2c.llama2c", ConfigNode(), Llama2cBuilderArgs(ck.config)));
   CCTUNE_ASSIGN_OR_RETURN(loaded.arena, LoadWeights(*loaded.model, ck.state_dict, dtype, device));
   return loaded;
 }

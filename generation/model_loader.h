@@ -11,7 +11,8 @@
 #include "checkpoint/state_dict.h"
 #include "core/device.h"
 #include "core/dtype.h"
-#include "models/registry.h"
+#include "checkpoint/llama2c.h"
+#include "config/node.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
 
@@ -30,10 +31,10 @@ struct LoadedModel {
 absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
                                            DType dtype, const Device& device);
 
-// The builder arguments of "cctune.models.llama2c.llama2c" for a llama2.c .bin header
-// (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative when the classifier is
-// separate), seq_len).
-absl::StatusOr<ModelArgs> Llama2cModelArgs(const std::string& bin_path);
+// The builder keys of "cctune.models.llama2c.llama2c" for a .bin file's llama2.c header, typed
+// (a map: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative when the
+// classifier is separate), seq_len; Llama2cBuilderArgs of models/llama2c/llama2c.h).
+absl::StatusOr<ConfigNode> Llama2cModelArgs(const std::string& bin_path);
 
 // Reads a llama2.c .bin file, builds its model and loads the weights.
 absl::StatusOr<LoadedModel> LoadLlama2cModel(const std::string& bin_path, DType dtype = DType::kF32,

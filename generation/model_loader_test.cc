@@ -68,10 +68,10 @@ TEST(LoadWeightsTest, MissingTensorIsAnError) {
 TEST(LoadLlama2cModelTest, Stories260K) {
   auto path = testing::SharedFile("models/stories260K/stories260K.bin");
   if (!path.ok()) GTEST_SKIP() << path.status();
-  ModelArgs args = ValueOrDie(Llama2cModelArgs(*path));
-  EXPECT_EQ(args.at("dim"), "64");
-  EXPECT_EQ(args.at("n_kv_heads"), "4");
-  EXPECT_EQ(args.at("vocab_size"), "512");
+  ConfigNode args = ValueOrDie(Llama2cModelArgs(*path));
+  EXPECT_EQ(args.Child("dim")->int_value(), 64);
+  EXPECT_EQ(args.Child("n_kv_heads")->int_value(), 4);
+  EXPECT_EQ(args.Child("vocab_size")->int_value(), 512);
   LoadedModel m = ValueOrDie(LoadLlama2cModel(*path));
   EXPECT_EQ(m.model->vocab_size(), 512);
   EXPECT_EQ(m.model->num_layers(), 5u);

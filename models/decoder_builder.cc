@@ -31,7 +31,27 @@ std::string DecoderConfigString(const DecoderConfig& c) {
       " qkv_bias=", c.qkv_bias, " tie_word_embeddings=", c.tie_word_embeddings);
 }
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(const DecoderConfig& config) {
+ProjectionFactory LinearProjections() {
+  return [](absl::string_view, int64_t in_dim, int64_t out_dim,
+            bool bias) -> absl::StatusOr<std::unique_ptr<Linear>> {
+    return std::make_unique<Linear>(in_dim, out_dim, bias);
+  };
+}
+
+DecoderConfig WithSizes(DecoderConfig c, const DecoderSizes& s) {
+  c.vocab_size = s.vocab_size;
+  c.num_layers = s.num_layers;
+  c.num_heads = s.num_heads;
+  c.num_kv_heads = s.num_kv_heads;
+  c.embed_dim = s.embed_dim;
+  c.intermediate_dim = s.intermediate_dim;
+  c.max_seq_len = s.max_seq_len;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(
+    const DecoderConfig& config, const ProjectionFactory& projections) {
+  const ProjectionFactory& make = projections ? projections : LinearProjections();
   DecoderConfig c = config;
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   // Upper bounds far above any published model keep every product of sizes (d * v, the RoPE
@@ -75,6 +95,7 @@ absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(const DecoderCo
                                                    ") must be positive"));
   }
   const int64_t d = c.embed_dim, n_h = c.num_heads, n_kv = c.num_kv_heads, h_d = c.head_dim;
+  const int64_t f = c.intermediate_dim;
 
   // One RoPE module shared by every layer (its cos/sin tables are built once).
   auto rope = std::make_shared<RotaryPositionalEmbeddings>(h_d, c.max_seq_len, c.rope_base,
@@ -87,18 +108,19 @@ absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(const DecoderCo
     a.num_heads = n_h;
     a.num_kv_heads = n_kv;
     a.head_dim = h_d;
-    a.q_proj = std::make_unique<Linear>(d, n_h * h_d, c.qkv_bias);
-    a.k_proj = std::make_unique<Linear>(d, n_kv * h_d, c.qkv_bias);
-    a.v_proj = std::make_unique<Linear>(d, n_kv * h_d, c.qkv_bias);
-    a.output_proj = std::make_unique<Linear>(n_h * h_d, d, false);
+    CCTUNE_ASSIGN_OR_RETURN(a.q_proj, make("q_proj", d, n_h * h_d, c.qkv_bias));
+    CCTUNE_ASSIGN_OR_RETURN(a.k_proj, make("k_proj", d, n_kv * h_d, c.qkv_bias));
+    CCTUNE_ASSIGN_OR_RETURN(a.v_proj, make("v_proj", d, n_kv * h_d, c.qkv_bias));
+    CCTUNE_ASSIGN_OR_RETURN(a.output_proj, make("output_proj", n_h * h_d, d, false));
     a.pos_embeddings = rope;
     a.max_seq_len = c.max_seq_len;
     a.is_causal = true;
     CCTUNE_ASSIGN_OR_RETURN(auto attn, MultiHeadAttention::Create(std::move(a)));
+    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Linear> w1, make("w1", d, f, false));
+    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Linear> w2, make("w2", f, d, false));
+    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Linear> w3, make("w3", d, f, false));
     CCTUNE_ASSIGN_OR_RETURN(auto mlp,
-                            FeedForward::Create(std::make_unique<Linear>(d, c.intermediate_dim),
-                                                std::make_unique<Linear>(c.intermediate_dim, d),
-                                                std::make_unique<Linear>(d, c.intermediate_dim)));
+                            FeedForward::Create(std::move(w1), std::move(w2), std::move(w3)));
     CCTUNE_ASSIGN_OR_RETURN(
         auto layer, TransformerSelfAttentionLayer::Create(
                         std::move(attn), std::move(mlp), std::make_unique<RMSNorm>(d, c.norm_eps),
@@ -110,7 +132,7 @@ absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildDecoder(const DecoderCo
   if (c.tie_word_embeddings) {
     output = std::make_unique<TiedLinear>(tok_embeddings.get());
   } else {
-    output = std::make_unique<Linear>(d, c.vocab_size, false);
+    CCTUNE_ASSIGN_OR_RETURN(output, make("output", d, c.vocab_size, false));
   }
   return TransformerDecoder::Create(std::move(tok_embeddings), std::move(layers),
                                     std::make_unique<RMSNorm>(d, c.norm_eps), std::move(output),

@@ -3,7 +3,7 @@
 //
 //   LoRAOptions lora;
 //   lora.lora_attn_modules = {"q_proj", "v_proj"};
-//   CCTUNE_ASSIGN_OR_RETURN(auto model, LoRALlama3_2_1B(lora));
+//   CCTUNE_ASSIGN_OR_RETURN(auto model, BuildLoRADecoder(Llama3_2_1BConfig(), lora));
 //   ... ParameterArena::Create(*model, ...), load the base checkpoint with strict=false ...
 //   CCTUNE_ASSIGN_OR_RETURN(ParameterLayout trainable, LoRATrainableLayout(*model));
 //   // grads = ParameterArena::Allocate(trainable, device); DecoderTrainer with
@@ -26,7 +26,6 @@
 #include "checkpoint/state_dict.h"
 #include "core/dtype.h"
 #include "models/decoder_builder.h"
-#include "models/registry.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
 #include "training/optim.h"
@@ -43,29 +42,24 @@ struct LoRAOptions {
   double lora_dropout = 0.0;
 };
 
-// BuildDecoder(config) with LoRALinear on the projections `lora` selects. InvalidArgument
-// for an unknown attention module name, rank <= 0, dropout outside [0, 1), or
-// apply_lora_to_output with tied embeddings.
+// Projections for BuildDecoder: LoRALinear for those `lora` selects (q_proj, k_proj,
+// v_proj, output_proj by lora_attn_modules; w1, w2, w3 by apply_lora_to_mlp; output by
+// apply_lora_to_output), Linear for the rest. Check the options with CheckLoRAOptions first.
+ProjectionFactory LoRAProjections(const LoRAOptions& lora);
+
+// InvalidArgument for an unknown attention module name, rank <= 0, a non-finite alpha,
+// dropout outside [0, 1), or apply_lora_to_output with tied embeddings.
+absl::Status CheckLoRAOptions(const LoRAOptions& lora, const DecoderConfig& config);
+
+// CheckLoRAOptions, then BuildDecoder(config, LoRAProjections(lora)).
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildLoRADecoder(const DecoderConfig& config,
                                                                      const LoRAOptions& lora);
-
-// The model builders' configs (the same numbers as models/<family>/).
-DecoderConfig Llama3_2_1BConfig();
-DecoderConfig Llama3_1_8BConfig();
-DecoderConfig Llama2_7BConfig();
-DecoderConfig Qwen2_5_0_5BConfig();
-
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama3_2_1B(const LoRAOptions& lora);
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama3_1_8B(const LoRAOptions& lora);
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRALlama2_7B(const LoRAOptions& lora);
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> LoRAQwen2_5_0_5B(const LoRAOptions& lora);
 
 // Whether `name` is an adapter parameter ("....lora_a.weight" / "....lora_b.weight").
 bool IsLoRAParameter(absl::string_view name);
 // The layout of `model`'s adapter parameters only (in model order, in `dtype`): the gradient
 // and optimizer-state arenas of a LoRA run.
-absl::StatusOr<ParameterLayout> LoRATrainableLayout(const Module& model,
-                                                    DType dtype = DType::kF32);
+absl::StatusOr<ParameterLayout> LoRATrainableLayout(const Module& model, DType dtype = DType::kF32);
 // Number of adapter parameter elements of `model`.
 int64_t NumLoRAParameters(const Module& model);
 
@@ -83,13 +77,6 @@ absl::StatusOr<std::vector<ParamBuffer>> LoRAParamBuffers(const ParameterArena& 
 absl::Status MergeLoRA(TransformerDecoder& model);
 // `state_dict` without its adapter entries (the merged model's weights, in torchtune names).
 StateDict BaseStateDict(const StateDict& state_dict);
-
-// Registers cctune.models.{llama3_2.lora_llama3_2_1b, llama3_1.lora_llama3_1_8b,
-// llama2.lora_llama2_7b, qwen2_5.lora_qwen2_5_0_5b} with torchtune's arguments
-// (lora_attn_modules as "q_proj,v_proj" or "['q_proj', 'v_proj']", apply_lora_to_mlp,
-// apply_lora_to_output, lora_rank, lora_alpha, lora_dropout). Names already registered are
-// left alone, so calling it twice is fine.
-absl::Status RegisterLoRABuilders(ModelRegistry& registry);
 
 }  // namespace cctune
 

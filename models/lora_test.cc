@@ -10,14 +10,21 @@
 #include "checkpoint/peft.h"
 #include "core/random.h"
 #include "core/status.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
+#include "models/llama2/llama2.h"
+#include "models/llama3_1/llama3_1.h"
+#include "models/llama3_2/llama3_2.h"
+#include "models/qwen2_5/qwen2_5.h"
 #include "models/registry.h"
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
 
 namespace cctune {
 namespace {
+
+using ::testing::HasSubstr;
 
 int64_t NumBase(const Module& m) { return m.NumParameters() - NumLoRAParameters(m); }
 
@@ -33,13 +40,13 @@ TEST(LoRABuildersTest, ParameterCountsMatchTorchtune) {
   qv.lora_attn_modules = {"q_proj", "v_proj"};
   qv.lora_rank = 8;
   qv.lora_alpha = 16;
-  auto m = ValueOrDie(LoRALlama3_2_1B(qv));
+  auto m = ValueOrDie(BuildLoRADecoder(Llama3_2_1BConfig(), qv));
   EXPECT_EQ(m->NumParameters(), 1236666368);
   EXPECT_EQ(NumBase(*m), 1235814400);
   EXPECT_EQ(NumLoRAParameters(*m), 851968);
   // Σ rank·(in + out): q 2048 -> 2048, v 2048 -> 512, 16 layers.
-  EXPECT_EQ(NumLoRAParameters(*m),
-            16 * (LoRAAdapterNumParameters(2048, 2048, 8) + LoRAAdapterNumParameters(2048, 512, 8)));
+  EXPECT_EQ(NumLoRAParameters(*m), 16 * (LoRAAdapterNumParameters(2048, 2048, 8) +
+                                         LoRAAdapterNumParameters(2048, 512, 8)));
   auto arena = ValueOrDie(ParameterArena::Create(*m, DType::kBF16, Device::Meta()));
   EXPECT_EQ(arena.NumParameters(), 1236666368);
 
@@ -48,14 +55,14 @@ TEST(LoRABuildersTest, ParameterCountsMatchTorchtune) {
   all.apply_lora_to_mlp = true;
   all.lora_rank = 16;
   all.lora_alpha = 32;
-  auto m2 = ValueOrDie(LoRALlama3_2_1B(all));
+  auto m2 = ValueOrDie(BuildLoRADecoder(Llama3_2_1BConfig(), all));
   EXPECT_EQ(NumLoRAParameters(*m2), 11272192);
   EXPECT_EQ(NumBase(*m2), 1235814400);
 
   LoRAOptions big = qv;
   big.apply_lora_to_mlp = true;
   big.apply_lora_to_output = true;
-  auto m3 = ValueOrDie(LoRALlama3_1_8B(big));
+  auto m3 = ValueOrDie(BuildLoRADecoder(Llama3_1_8BConfig(), big));
   EXPECT_EQ(m3->NumParameters(), 8048883712);
   EXPECT_EQ(NumBase(*m3), 8030261248);
   EXPECT_EQ(NumLoRAParameters(*m3), 18622464);
@@ -66,19 +73,18 @@ TEST(LoRABuildersTest, BaseCountsEqualThePlainBuilders) {
   o.lora_attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"};
   o.apply_lora_to_mlp = true;
   o.lora_rank = 4;
-  for (auto cfg : {Llama3_2_1BConfig(), Llama3_1_8BConfig(), Llama2_7BConfig(),
-                   Qwen2_5_0_5BConfig()}) {
+  for (auto cfg :
+       {Llama3_2_1BConfig(), Llama3_1_8BConfig(), Llama2_7BConfig(), Qwen2_5_0_5BConfig()}) {
     auto plain = ValueOrDie(BuildDecoder(cfg));
     auto lora = ValueOrDie(BuildLoRADecoder(cfg, o));
     EXPECT_EQ(NumBase(*lora), plain->NumParameters()) << DecoderConfigString(cfg);
     const int64_t d = cfg.embed_dim, f = cfg.intermediate_dim;
     const int64_t hd = cfg.head_dim > 0 ? cfg.head_dim : d / cfg.num_heads;
     const int64_t q = cfg.num_heads * hd, kv = cfg.num_kv_heads * hd;
-    const int64_t per_layer = LoRAAdapterNumParameters(d, q, 4) +
-                              2 * LoRAAdapterNumParameters(d, kv, 4) +
-                              LoRAAdapterNumParameters(q, d, 4) +
-                              2 * LoRAAdapterNumParameters(d, f, 4) +
-                              LoRAAdapterNumParameters(f, d, 4);
+    const int64_t per_layer =
+        LoRAAdapterNumParameters(d, q, 4) + 2 * LoRAAdapterNumParameters(d, kv, 4) +
+        LoRAAdapterNumParameters(q, d, 4) + 2 * LoRAAdapterNumParameters(d, f, 4) +
+        LoRAAdapterNumParameters(f, d, 4);
     EXPECT_EQ(NumLoRAParameters(*lora), cfg.num_layers * per_layer) << DecoderConfigString(cfg);
   }
 }
@@ -132,36 +138,51 @@ TEST(LoRABuildersTest, NamesAndTrainableLayout) {
 TEST(LoRABuildersTest, RejectsBadOptions) {
   LoRAOptions o;
   o.lora_attn_modules = {"q_proj", "gate_proj"};
-  absl::Status st = LoRALlama3_2_1B(o).status();
+  absl::Status st = BuildLoRADecoder(Llama3_2_1BConfig(), o).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("gate_proj"), std::string::npos) << st;
   o.lora_attn_modules = {"q_proj"};
   o.lora_rank = 0;
-  EXPECT_FALSE(LoRALlama3_2_1B(o).ok());
+  EXPECT_FALSE(BuildLoRADecoder(Llama3_2_1BConfig(), o).ok());
   o.lora_rank = 8;
   o.apply_lora_to_output = true;  // llama3_2_1b ties its embeddings
-  st = LoRALlama3_2_1B(o).status();
+  st = BuildLoRADecoder(Llama3_2_1BConfig(), o).status();
   EXPECT_NE(st.message().find("tied"), std::string::npos) << st;
-  EXPECT_TRUE(LoRALlama3_1_8B(o).ok());
+  EXPECT_TRUE(BuildLoRADecoder(Llama3_1_8BConfig(), o).ok());
 }
 
 TEST(LoRABuildersTest, RegistryResolvesBothSpellings) {
-  ModelRegistry& r = ModelRegistry::Global();
-  ASSERT_TRUE(RegisterLoRABuilders(r).ok());
-  ASSERT_TRUE(RegisterLoRABuilders(r).ok());  // idempotent
-  EXPECT_TRUE(r.Find("torchtune.models.llama3_2.lora_llama3_2_1b").ok());
-  EXPECT_TRUE(r.Find("cctune.models.llama3_1.lora_llama3_1_8b").ok());
-  EXPECT_TRUE(r.Find("torchtune.models.llama2.lora_llama2_7b").ok());
-  EXPECT_TRUE(r.Find("torchtune.models.qwen2_5.lora_qwen2_5_0_5b").ok());
-  auto m = ValueOrDie(r.Build("torchtune.models.llama3_2.lora_llama3_2_1b",
-                              {{"lora_attn_modules", "['q_proj', 'v_proj']"},
-                               {"lora_rank", "8"},
-                               {"lora_alpha", "16"}}));
-  EXPECT_EQ(NumLoRAParameters(*m), 851968);
-  EXPECT_FALSE(r.Build("cctune.models.llama3_2.lora_llama3_2_1b", {}).ok());  // required arg
-  EXPECT_FALSE(r.Build("cctune.models.llama3_2.lora_llama3_2_1b",
-                       {{"lora_attn_modules", "q_proj"}, {"lora_rank", "x"}})
-                   .ok());
+  ConfigNode args = ConfigNode::Map();
+  args.Set("lora_attn_modules",
+           ConfigNode::List({ConfigNode::String("q_proj"), ConfigNode::String("v_proj")}));
+  args.Set("lora_rank", ConfigNode::Int(8));
+  args.Set("lora_alpha", ConfigNode::Int(16));
+  for (const char* name :
+       {"torchtune.models.llama3_2.lora_llama3_2_1b", "cctune.models.llama3_2.lora_llama3_2_1b"}) {
+    auto m = ValueOrDie(BuildModel(name, args));
+    EXPECT_EQ(NumLoRAParameters(*m), 851968) << name;
+  }
+  EXPECT_TRUE(BuildModel("torchtune.models.llama2.lora_llama2_7b", args).ok());
+  EXPECT_TRUE(BuildModel("torchtune.models.qwen2_5.lora_qwen2_5_0_5b", args).ok());
+  // The string spelling of a command line.
+  args.Set("lora_attn_modules", ConfigNode::String("['q_proj', 'v_proj']"));
+  EXPECT_EQ(
+      NumLoRAParameters(*ValueOrDie(BuildModel("cctune.models.llama3_1.lora_llama3_1_8b", args))),
+      32 * (LoRAAdapterNumParameters(4096, 4096, 8) + LoRAAdapterNumParameters(4096, 1024, 8)));
+  absl::Status st = BuildModel("cctune.models.llama3_2.lora_llama3_2_1b").status();
+  EXPECT_THAT(std::string(st.message()), HasSubstr("lora_attn_modules"));  // required
+  args.Set("lora_rank", ConfigNode::String("x"));
+  EXPECT_FALSE(BuildModel("cctune.models.llama3_2.lora_llama3_2_1b", args).ok());
+  args.Set("lora_rank", ConfigNode::Int(8));
+  args.Set("use_dora", ConfigNode::Bool(true));
+  st = BuildModel("cctune.models.llama3_2.lora_llama3_2_1b", args).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("use_dora"));
+  args.Set("use_dora", ConfigNode::Bool(false));
+  args.Set("quantize_base", ConfigNode::Bool(true));
+  st = BuildModel("cctune.models.llama3_2.lora_llama3_2_1b", args).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("quantize_base"));
 }
 
 // The export path of a LoRA run: adapters in PEFT layout, and merged weights in HF layout that
@@ -235,8 +256,7 @@ TEST(LoRAExportTest, MergedHfCheckpointReproducesLoRALogitsAndAdaptersRoundTrip)
   const PeftAdapter back = ValueOrDie(LoadPeftAdapter(root + "/adapter", hf));
   ASSERT_EQ(back.state_dict.size(), adapters_before.size());
   for (const auto& [name, t] : adapters_before) {
-    EXPECT_EQ(ValueOrDie(back.state_dict.at(name).ToFloatVector()),
-              ValueOrDie(t.ToFloatVector()))
+    EXPECT_EQ(ValueOrDie(back.state_dict.at(name).ToFloatVector()), ValueOrDie(t.ToFloatVector()))
         << name;
   }
 }

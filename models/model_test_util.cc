@@ -1,7 +1,12 @@
 #include "models/model_test_util.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "config/config.h"
 #include "core/device_interface.h"
+#include "core/status.h"
 #include "gtest/gtest.h"
+#include "models/registry.h"
 #include "modules/parameters.h"
 
 namespace cctune {
@@ -43,6 +48,16 @@ void ExpectModel(absl::StatusOr<std::unique_ptr<TransformerDecoder>> model,
   EXPECT_EQ(m.vocab_size(), want.vocab_size);
   EXPECT_EQ(m.num_layers(), static_cast<size_t>(want.num_layers));
   EXPECT_EQ(m.layer(0).attn().num_kv_heads(), want.num_kv_heads);
+}
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelYaml(const std::string& body) {
+  CCTUNE_RETURN_IF_ERROR(RegisterModelComponents());
+  std::string yaml = "model:\n";
+  for (absl::string_view line : absl::StrSplit(body, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&yaml, "  ", line, "\n");
+  }
+  CCTUNE_ASSIGN_OR_RETURN(Config cfg, Config::FromString(yaml, "test.yaml"));
+  return ModelComponentRegistry().InstantiateKey(cfg.root(), "model", ConfigNode());
 }
 
 }  // namespace testing

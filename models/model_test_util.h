@@ -32,6 +32,11 @@ struct ExpectedModel {
 void ExpectModel(absl::StatusOr<std::unique_ptr<TransformerDecoder>> model,
                  const ExpectedModel& want);
 
+// Builds the model component a config's `model:` node describes, e.g.
+// BuildModelYaml("_component_: torchtune.models.llama2.llama2\nvocab_size: 100\n...").
+// Errors carry "test.yaml:<line>".
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelYaml(const std::string& body);
+
 }  // namespace testing
 }  // namespace cctune
 

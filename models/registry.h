@@ -1,12 +1,10 @@
-// The model registry: dotted builder names -> builders, as torchtune's `_component_` paths
-// name them. "cctune.models.llama3_2.llama3_2_1b" and "torchtune.models.llama3_2.llama3_2_1b"
-// resolve to the same builder. Builders take keyword arguments as strings (the config system
-// turns YAML values into them); unknown keys are errors listing the accepted ones.
+// Every built-in model as a config component of kind "model" (models/model_builder.h's
+// ModelComponentRegistry): each family from its own folder (models/<family>/ describes itself
+// in a ModelFamily), the llama2.c header builder, and the config.json builders
+// (models/hf_config/). `cctune ls` lists them with their keys.
 #ifndef CCTUNE_MODELS_REGISTRY_H_
 #define CCTUNE_MODELS_REGISTRY_H_
 
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,54 +12,24 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "config/node.h"
+#include "models/model_builder.h"
 #include "modules/transformer_decoder.h"
 
 namespace cctune {
 
-// Keyword arguments of a builder call: key -> value as written in a config ("true", "32", ...).
-using ModelArgs = std::map<std::string, std::string>;
-using ModelBuilderFn =
-    std::function<absl::StatusOr<std::unique_ptr<TransformerDecoder>>(const ModelArgs& args)>;
+// The families registered by RegisterModelComponents.
+std::vector<const ModelFamily*> BuiltinModelFamilies();
 
-struct ModelBuilderInfo {
-  std::string name;               // canonical: "cctune.models.<family>.<builder>"
-  std::vector<std::string> args;  // accepted keyword arguments
-  std::vector<std::string> required_args;
-  std::string description;
-  ModelBuilderFn build;
-};
+// Registers every built-in model builder (idempotent, thread-safe).
+absl::Status RegisterModelComponents();
 
-class ModelRegistry {
- public:
-  // The process-wide registry, holding every built-in builder. Register more at start-up.
-  static ModelRegistry& Global();
-
-  // AlreadyExists if the name is taken; InvalidArgument unless it starts "cctune.models.".
-  absl::Status Register(ModelBuilderInfo info);
-  // Accepts the cctune and the torchtune spelling. NotFound lists the known names of the
-  // same family (or all families).
-  absl::StatusOr<const ModelBuilderInfo*> Find(absl::string_view name) const;
-  // Checks the keys against the builder's accepted and required ones, then builds.
-  absl::StatusOr<std::unique_ptr<TransformerDecoder>> Build(absl::string_view name,
-                                                            const ModelArgs& args = {}) const;
-  // Canonical names, sorted.
-  std::vector<std::string> Names() const;
-
- private:
-  std::map<std::string, ModelBuilderInfo> builders_;
-};
-
-// "torchtune.models.x.y" -> "cctune.models.x.y"; other names unchanged.
-std::string CanonicalModelName(absl::string_view name);
-
-// Typed access to builder arguments; errors name the builder, key and value.
-absl::StatusOr<int64_t> GetIntArg(const ModelArgs& args, const std::string& key,
-                                  int64_t default_value, absl::string_view builder);
-absl::StatusOr<double> GetDoubleArg(const ModelArgs& args, const std::string& key,
-                                    double default_value, absl::string_view builder);
-// true/false, True/False, 1/0.
-absl::StatusOr<bool> GetBoolArg(const ModelArgs& args, const std::string& key, bool default_value,
-                                absl::string_view builder);
+// Builds component `name` (either spelling) with builder keys `args` (a map; null: none),
+// checked against its schema as a config's model node would be: for C++ callers (benchmarks,
+// tools) that name a model without a config file.
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(
+    absl::string_view name, const ConfigNode& args = ConfigNode(),
+    const ConfigNode& from_checkpoint = ConfigNode());
 
 }  // namespace cctune
 

@@ -2,8 +2,10 @@
 
 #include <string>
 
+#include "config/config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/model_test_util.h"
 #include "modules/parameters.h"
 
 namespace cctune {
@@ -15,87 +17,211 @@ int64_t MetaCount(TransformerDecoder& m) {
   return ValueOrDie(ParameterArena::Create(m, DType::kBF16, Device::Meta())).NumParameters();
 }
 
-TEST(ModelRegistryTest, BothSpellingsResolveToTheSameBuilder) {
-  const ModelRegistry& r = ModelRegistry::Global();
-  auto a = r.Find("cctune.models.llama3_2.llama3_2_1b");
-  auto b = r.Find("torchtune.models.llama3_2.llama3_2_1b");
-  ASSERT_TRUE(a.ok());
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(*a, *b);
-  auto m = r.Build("torchtune.models.llama3_2.llama3_2_1b");
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ(MetaCount(**m), 1235814400);
-  auto m8 = r.Build("cctune.models.llama3_1.llama3_1_8b");
-  ASSERT_TRUE(m8.ok());
-  EXPECT_EQ(MetaCount(**m8), 8030261248);
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> Build(
+    const std::string& yaml, const ConfigNode& from_checkpoint = ConfigNode()) {
+  CCTUNE_CHECK_OK(RegisterModelComponents());
+  absl::StatusOr<Config> cfg = Config::FromString(yaml, "test.yaml");
+  CCTUNE_CHECK_OK(cfg);
+  return ModelComponentRegistry().InstantiateKey(cfg->root(), "model", from_checkpoint);
 }
 
-TEST(ModelRegistryTest, EveryBuiltinBuildsOnMeta) {
-  const ModelRegistry& r = ModelRegistry::Global();
-  const auto names = r.Names();
-  EXPECT_EQ(names.size(), 19u);
-  for (const std::string& name : names) {
-    const ModelBuilderInfo* info = ValueOrDie(r.Find(name));
-    if (!info->required_args.empty()) continue;
-    auto m = r.Build(name);
-    ASSERT_TRUE(m.ok()) << name << ": " << m.status();
-    EXPECT_GT(MetaCount(**m), 0) << name;
+TEST(ModelRegistryTest, BothSpellingsBuildTheSameModel) {
+  ASSERT_TRUE(RegisterModelComponents().ok());
+  ASSERT_TRUE(RegisterModelComponents().ok());  // idempotent
+  EXPECT_EQ(MetaCount(*ValueOrDie(BuildModel("torchtune.models.llama3_2.llama3_2_1b"))),
+            1235814400);
+  EXPECT_EQ(MetaCount(*ValueOrDie(BuildModel("cctune.models.llama3_2.llama3_2_1b"))), 1235814400);
+  EXPECT_EQ(MetaCount(*ValueOrDie(BuildModel("cctune.models.llama3_1.llama3_1_8b"))), 8030261248);
+}
+
+// Every model builder builds without arguments; its lora_ twin with lora_attn_modules; every
+// component builder is registered with its lora_ twin.
+TEST(ModelRegistryTest, EveryBuiltinIsRegistered) {
+  ASSERT_TRUE(RegisterModelComponents().ok());
+  size_t presets = 0;
+  ConfigNode lora = ConfigNode::Map();
+  lora.Set("lora_attn_modules", ConfigNode::List({ConfigNode::String("q_proj")}));
+  for (const ModelFamily* f : BuiltinModelFamilies()) {
+    for (const ModelPreset& p : f->models) {
+      const std::string name = absl::StrCat("cctune.models.", f->name, ".", p.name);
+      auto m = BuildModel(name);
+      ASSERT_TRUE(m.ok()) << name << ": " << m.status();
+      EXPECT_GT(MetaCount(**m), 0) << name;
+      auto l = BuildModel(absl::StrCat("torchtune.models.", f->name, ".lora_", p.name), lora);
+      ASSERT_TRUE(l.ok()) << name << ": " << l.status();
+      EXPECT_GT((*l)->NumParameters(), (*m)->NumParameters()) << name;
+      ++presets;
+    }
+    if (f->component.empty()) continue;
+    for (const char* prefix : {"", "lora_"}) {
+      const std::string name =
+          absl::StrCat("torchtune.models.", f->component, ".", prefix, f->component);
+      EXPECT_TRUE(ModelComponentRegistry().Contains(name)) << name;
+    }
   }
+  EXPECT_EQ(presets, 18u);
+  EXPECT_TRUE(ModelComponentRegistry().Contains("cctune.models.llama2c.llama2c"));
+  EXPECT_TRUE(ModelComponentRegistry().Contains("torchtune.models.from_config_json"));
+  EXPECT_TRUE(ModelComponentRegistry().Contains("cctune.models.lora_from_config_json"));
 }
 
-TEST(ModelRegistryTest, ArgumentsAreTypedAndChecked) {
-  const ModelRegistry& r = ModelRegistry::Global();
-  auto untied = r.Build("cctune.models.llama3_2.llama3_2_1b", {{"tie_word_embeddings", "false"}});
-  ASSERT_TRUE(untied.ok());
+// torchtune's component builders with every argument: the same model as the model builder.
+TEST(ModelRegistryTest, ComponentBuildersTakeTorchtunesArguments) {
+  auto m = testing::BuildModelYaml(R"(_component_: torchtune.models.llama3_2.llama3_2
+vocab_size: 128256
+num_layers: 16
+num_heads: 32
+num_kv_heads: 8
+embed_dim: 2048
+max_seq_len: 131072
+intermediate_dim: 8192
+attn_dropout: 0.0
+norm_eps: 1e-5
+rope_base: 500000.0
+scale_factor: 32
+tie_word_embeddings: true
+)");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetaCount(**m), 1235814400);
+  // qwen2 with its q/k/v biases: Qwen 2.5 0.5B's numbers.
+  m = testing::BuildModelYaml(R"(_component_: torchtune.models.qwen2.qwen2
+vocab_size: 151936
+num_layers: 24
+num_heads: 14
+num_kv_heads: 2
+embed_dim: 896
+intermediate_dim: 4864
+max_seq_len: 32768
+norm_eps: 1e-6
+tie_word_embeddings: true
+q_proj_bias: true
+k_proj_bias: true
+v_proj_bias: true
+)");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetaCount(**m), 494032768);
+  EXPECT_TRUE((*m)->layer(0).attn().v_proj().has_bias());
+  // lora_ component builder.
+  m = testing::BuildModelYaml(R"(_component_: torchtune.models.llama3_1.lora_llama3_1
+lora_attn_modules: [q_proj, v_proj]
+vocab_size: 128256
+num_layers: 32
+num_heads: 32
+num_kv_heads: 8
+embed_dim: 4096
+max_seq_len: 131072
+intermediate_dim: 14336
+lora_rank: 8
+lora_alpha: 16
+apply_lora_to_mlp: true
+apply_lora_to_output: true
+)");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetaCount(**m), 8048883712);
+}
+
+TEST(ModelRegistryTest, ComponentBuilderErrorsNameTheKey) {
+  const std::string llama3 =
+      "_component_: torchtune.models.llama3.llama3\nvocab_size: 64\nnum_layers: 1\n"
+      "num_heads: 4\nnum_kv_heads: 2\nembed_dim: 16\nmax_seq_len: 32\n";
+  ASSERT_TRUE(testing::BuildModelYaml(llama3).ok());
+  auto m = testing::BuildModelYaml(llama3 + "attn_dropout: 0.1\n");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("attn_dropout = 0.1"));
+  m = testing::BuildModelYaml(llama3 + "tie_word_embeddings: true\n");  // not llama3's
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("'model.tie_word_embeddings'"));
+  m = testing::BuildModelYaml(
+      "_component_: torchtune.models.llama3.llama3\nvocab_size: 64\nnum_layers: 1\n");
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("num_heads"));  // required
+  m = testing::BuildModelYaml(llama3 + "num_layers: 0\n");
+  EXPECT_FALSE(m.ok());
+  const std::string qwen2 =
+      "_component_: torchtune.models.qwen2.qwen2\nvocab_size: 64\nnum_layers: 1\n"
+      "num_heads: 4\nnum_kv_heads: 2\nembed_dim: 16\nintermediate_dim: 24\nmax_seq_len: 32\n";
+  m = testing::BuildModelYaml(qwen2 + "k_proj_bias: false\n");
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("k_proj_bias = 0"));
+  m = testing::BuildModelYaml(qwen2 +
+                              "q_proj_bias: false\nk_proj_bias: false\nv_proj_bias: false\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE((*m)->layer(0).attn().q_proj().has_bias());
+  m = testing::BuildModelYaml(qwen2 + "q_norm: true\n");
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("q_norm"));
+}
+
+TEST(ModelRegistryTest, ModelBuilderArgumentsAreTyped) {
+  ConfigNode untie = ConfigNode::Map();
+  untie.Set("tie_word_embeddings", ConfigNode::Bool(false));
+  auto untied = BuildModel("cctune.models.llama3_2.llama3_2_1b", untie);
+  ASSERT_TRUE(untied.ok()) << untied.status();
   EXPECT_EQ(MetaCount(**untied), 1235814400 + 128256LL * 2048);
+  auto m = testing::BuildModelYaml(
+      "_component_: cctune.models.llama3_2.llama3_2_1b\ntie_word_embeddings: false\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetaCount(**m), 1235814400 + 128256LL * 2048);
+  m = testing::BuildModelYaml(
+      "_component_: cctune.models.llama3_2.llama3_2_1b\ntie_word_embeddings: yes please\n");
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("tie_word_embeddings"));
+  m = testing::BuildModelYaml("_component_: cctune.models.llama3_1.llama3_1_8b\nvocab: 3\n");
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("unknown key"));
+}
 
-  auto bad_bool = r.Build("cctune.models.llama3_2.llama3_2_1b", {{"tie_word_embeddings", "yes"}});
-  EXPECT_THAT(std::string(bad_bool.status().message()),
-              HasSubstr("'tie_word_embeddings' must be true or false, got 'yes'"));
-  auto unknown = r.Build("cctune.models.llama3_1.llama3_1_8b", {{"vocab", "3"}});
-  EXPECT_THAT(std::string(unknown.status().message()),
-              HasSubstr("unknown argument 'vocab'; accepted: none"));
+TEST(ModelRegistryTest, KeysAreBuilderArguments) {
+  auto m = Build(
+      "model:\n  _component_: torchtune.models.tiny.tiny_llama\n  num_layers: 3\n"
+      "  embed_dim: 32\n  num_kv_heads: 4\n  tie_word_embeddings: True\n");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->num_layers(), 3u);
+  EXPECT_EQ((*m)->embed_dim(), 32);
+  EXPECT_EQ((*m)->layer(0).attn().num_kv_heads(), 4);
+}
 
-  auto missing = r.Build("cctune.models.llama2c.llama2c", {{"dim", "64"}});
-  EXPECT_THAT(std::string(missing.status().message()),
+TEST(ModelRegistryTest, CheckpointArgumentsFillMissingKeys) {
+  ConfigNode header = ConfigNode::Map();
+  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{{"dim", 64},
+                                                                               {"hidden_dim", 172},
+                                                                               {"n_layers", 5},
+                                                                               {"n_heads", 8},
+                                                                               {"n_kv_heads", 4},
+                                                                               {"vocab_size", 512},
+                                                                               {"seq_len", 512},
+                                                                               {"not_an_arg", 1}}) {
+    header.Set(key, ConfigNode::Int(value));
+  }
+  auto m = Build("model:\n  _component_: cctune.models.llama2c.llama2c\n", header);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->num_layers(), 5u);
+  EXPECT_EQ((*m)->vocab_size(), 512);
+  EXPECT_EQ(MetaCount(**m), 260032);
+  // An explicit key wins over the checkpoint's.
+  m = Build("model:\n  _component_: cctune.models.llama2c.llama2c\n  seq_len: 128\n", header);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->max_seq_len(), 128);
+  // Without the checkpoint the builder reports the missing arguments.
+  m = Build("model:\n  _component_: cctune.models.llama2c.llama2c\n  dim: 64\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
               HasSubstr("missing required argument(s) hidden_dim"));
-  auto stories = r.Build("cctune.models.llama2c.llama2c", {{"dim", "64"},
-                                                           {"hidden_dim", "172"},
-                                                           {"n_layers", "5"},
-                                                           {"n_heads", "8"},
-                                                           {"n_kv_heads", "4"},
-                                                           {"vocab_size", "512"},
-                                                           {"seq_len", "512"}});
-  ASSERT_TRUE(stories.ok()) << stories.status();
-  EXPECT_EQ(MetaCount(**stories), 260032);
-  auto not_int = r.Build("cctune.models.tiny.tiny_llama", {{"embed_dim", "6x4"}});
-  EXPECT_THAT(std::string(not_int.status().message()),
-              HasSubstr("'embed_dim' must be an integer, got '6x4'"));
 }
 
-TEST(ModelRegistryTest, UnknownNamesListTheFamily) {
-  const ModelRegistry& r = ModelRegistry::Global();
-  auto typo = r.Find("torchtune.models.qwen2_5.qwen2_5_7b");
-  ASSERT_EQ(typo.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(typo.status().message()),
-              HasSubstr("cctune.models.qwen2_5.qwen2_5_7b_base"));
-  EXPECT_THAT(std::string(typo.status().message()), ::testing::Not(HasSubstr("llama")));
-  EXPECT_EQ(CanonicalModelName("torchtune.models.x.y"), "cctune.models.x.y");
-  EXPECT_EQ(CanonicalModelName("cctune.models.x.y"), "cctune.models.x.y");
-}
-
-TEST(ModelRegistryTest, RegisteringChecksNames) {
-  ModelRegistry r;
-  ModelBuilderInfo info;
-  info.name = "cctune.models.mine.my_model";
-  info.build = [](const ModelArgs&) {
-    return ModelRegistry::Global().Build("cctune.models.tiny.tiny_llama");
-  };
-  ASSERT_TRUE(r.Register(info).ok());
-  EXPECT_EQ(r.Register(info).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(r.Build("torchtune.models.mine.my_model").ok());
-  info.name = "my_model";
-  EXPECT_EQ(r.Register(info).code(), absl::StatusCode::kInvalidArgument);
+TEST(ModelRegistryTest, Errors) {
+  auto m = Build("model:\n  _component_: cctune.models.tiny.tiny_llama\n  num_layer: 3\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("test.yaml:3: key 'model.num_layer': unknown key"));
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("num_layers"));
+  m = Build("model:\n  _component_: cctune.models.tiny.tiny_llama\n  num_layers: [1, 2]\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("expected int"));
+  m = Build("model:\n  _component_: cctune.models.tiny.tiny_llama\n  num_layers: abc\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("abc"));
+  m = Build("model:\n  _component_: cctune.models.tiny.tiny_llama\n  num_layers: 0\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("num_layers"));
+  m = Build("model:\n  _component_: cctune.models.llama9.llama9_1b\n");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("llama9_1b"));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "recipes/checkpoint_dir.h"
 #include "recipes/finetune_loop.h"
 #include "recipes/finetune_utils.h"
-#include "recipes/model_components.h"
+#include "models/registry.h"
 #include "tokenizers/tokenizer_components.h"
 #include "training/metric_logger_components.h"
 #include "training/recipe_state.h"
@@ -22,7 +22,7 @@ namespace cctune {
 absl::Status FinetuneStrategy::RegisterModels() const { return RegisterModelComponents(); }
 
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> FinetuneStrategy::BuildModel(
-    const ConfigNode& root, const ModelArgs& args) {
+    const ConfigNode& root, const ConfigNode& args) {
   return ModelComponentRegistry().InstantiateKey(root, "model", args);
 }
 
@@ -90,7 +90,7 @@ class FinetuneRun {
       CCTUNE_ASSIGN_OR_RETURN(
           params_, strategy_.LoadCheckpointWeights(*model_, ckpt, s_.dtype, s_.device, gen_));
     } else {
-      CCTUNE_ASSIGN_OR_RETURN(model_, strategy_.BuildModel(root_, ModelArgs()));
+      CCTUNE_ASSIGN_OR_RETURN(model_, strategy_.BuildModel(root_, ConfigNode()));
       CCTUNE_ASSIGN_OR_RETURN(params_, ParameterArena::Create(*model_, s_.dtype, s_.device));
       CCTUNE_RETURN_IF_ERROR(params_.InitializeRandom(gen_));
     }

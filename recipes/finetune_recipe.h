@@ -88,7 +88,7 @@ class FinetuneStrategy {
   // Builds the model; `args` come from the checkpoint (empty without one). Default: the
   // `model` component.
   virtual absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
-                                                                         const ModelArgs& args);
+                                                                         const ConfigNode& args);
   // The parameter arena of `model` in `dtype` on `device` with the checkpointer's weights
   // (what is not in the checkpoint, e.g. fresh adapters, is initialised from `gen`). Without
   // a checkpointer the skeleton initialises every parameter from `gen` instead.
@@ -143,7 +143,7 @@ class StrategyDecorator : public FinetuneStrategy {
   }
   absl::Status Configure(const ConfigNode& root) override { return inner_->Configure(root); }
   absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
-                                                                 const ModelArgs& args) override {
+                                                                 const ConfigNode& args) override {
     return inner_->BuildModel(root, args);
   }
   absl::StatusOr<ParameterArena> LoadCheckpointWeights(TransformerDecoder& model,

@@ -64,7 +64,7 @@ class RecordingStrategy final : public StrategyDecorator {
     return StrategyDecorator::Configure(root);
   }
   absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
-                                                                 const ModelArgs& args) override {
+                                                                 const ConfigNode& args) override {
     r_->calls.push_back("BuildModel");
     return StrategyDecorator::BuildModel(root, args);
   }
@@ -197,7 +197,7 @@ class CountingLoRAStrategy final : public StrategyDecorator {
   explicit CountingLoRAStrategy(int* builds)
       : StrategyDecorator(MakeLoRAFinetuneStrategy()), builds_(builds) {}
   absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModel(const ConfigNode& root,
-                                                                 const ModelArgs& args) override {
+                                                                 const ConfigNode& args) override {
     ++*builds_;
     return StrategyDecorator::BuildModel(root, args);
   }

@@ -16,10 +16,10 @@
 #include "core/status.h"
 #include "generation/generate.h"
 #include "generation/model_loader.h"
+#include "models/registry.h"
 #include "modules/attention.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/config_checks.h"
-#include "recipes/model_components.h"
 #include "tokenizers/prompt_template.h"
 #include "tokenizers/tokenizer_components.h"
 

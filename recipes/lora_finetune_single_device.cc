@@ -16,7 +16,6 @@
 #include "models/lora.h"
 #include "models/registry.h"
 #include "recipes/finetune_recipe.h"
-#include "recipes/model_components.h"
 
 namespace cctune {
 
@@ -115,77 +114,6 @@ absl::StatusOr<StateDict> MergedStateDict(const StateDict& state_dict, double sc
   return merged;
 }
 
-absl::StatusOr<LoRAOptions> ParseTinyLoRAArgs(const ModelArgs& args, absl::string_view builder) {
-  LoRAOptions o;
-  if (auto it = args.find("lora_attn_modules"); it != args.end()) {
-    o.lora_attn_modules.clear();
-    for (absl::string_view part :
-         absl::StrSplit(it->second, absl::ByAnyChar(",[] '\""), absl::SkipEmpty())) {
-      o.lora_attn_modules.emplace_back(part);
-    }
-  }
-  CCTUNE_ASSIGN_OR_RETURN(o.apply_lora_to_mlp,
-                          GetBoolArg(args, "apply_lora_to_mlp", false, builder));
-  CCTUNE_ASSIGN_OR_RETURN(o.apply_lora_to_output,
-                          GetBoolArg(args, "apply_lora_to_output", false, builder));
-  CCTUNE_ASSIGN_OR_RETURN(o.lora_rank, GetIntArg(args, "lora_rank", 8, builder));
-  CCTUNE_ASSIGN_OR_RETURN(o.lora_alpha, GetDoubleArg(args, "lora_alpha", 16.0, builder));
-  CCTUNE_ASSIGN_OR_RETURN(o.lora_dropout, GetDoubleArg(args, "lora_dropout", 0.0, builder));
-  return o;
-}
-
-// cctune.models.tiny.lora_tiny_llama: tiny_llama's arguments plus the LoRA ones (tests and
-// the demo model).
-ModelBuilderInfo TinyLoRABuilder() {
-  ModelBuilderInfo info;
-  info.name = "cctune.models.tiny.lora_tiny_llama";
-  info.args = {"vocab_size",        "num_layers",        "num_heads",
-               "num_kv_heads",      "embed_dim",         "intermediate_dim",
-               "max_seq_len",       "tie_word_embeddings", "lora_attn_modules",
-               "apply_lora_to_mlp", "apply_lora_to_output", "lora_rank",
-               "lora_alpha",        "lora_dropout"};
-  info.description = "LoRA tiny_llama (the demo model's builder with LoRA adapters)";
-  info.build = [name = info.name](const ModelArgs& args)
-      -> absl::StatusOr<std::unique_ptr<TransformerDecoder>> {
-    DecoderConfig c;
-    CCTUNE_ASSIGN_OR_RETURN(c.vocab_size, GetIntArg(args, "vocab_size", 256, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.num_layers, GetIntArg(args, "num_layers", 2, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.num_heads, GetIntArg(args, "num_heads", 8, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.num_kv_heads, GetIntArg(args, "num_kv_heads", 2, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.embed_dim, GetIntArg(args, "embed_dim", 64, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.intermediate_dim, GetIntArg(args, "intermediate_dim", 160, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.max_seq_len, GetIntArg(args, "max_seq_len", 256, name));
-    CCTUNE_ASSIGN_OR_RETURN(c.tie_word_embeddings,
-                            GetBoolArg(args, "tie_word_embeddings", false, name));
-    c.norm_eps = 1e-5f;  // as models/tiny TinyLlama
-    c.rope_base = 10000.0;
-    CCTUNE_ASSIGN_OR_RETURN(LoRAOptions o, ParseTinyLoRAArgs(args, name));
-    return BuildLoRADecoder(c, o);
-  };
-  return info;
-}
-
-// Adds the LoRA builders to ModelRegistry::Global() and makes them model components (with
-// list-valued lora_attn_modules accepted). Idempotent.
-absl::Status RegisterLoRAModelComponents() {
-  static const absl::Status status = []() -> absl::Status {
-    CCTUNE_RETURN_IF_ERROR(RegisterModelComponents());
-    ModelRegistry& models = ModelRegistry::Global();
-    CCTUNE_RETURN_IF_ERROR(RegisterLoRABuilders(models));
-    if (!models.Find("cctune.models.tiny.lora_tiny_llama").ok()) {
-      CCTUNE_RETURN_IF_ERROR(models.Register(TinyLoRABuilder()));
-    }
-    for (const std::string& name : models.Names()) {
-      if (!absl::StrContains(name, ".lora_") || ModelComponentRegistry().Contains(name)) {
-        continue;
-      }
-      CCTUNE_RETURN_IF_ERROR(RegisterModelComponent(name, /*list_args=*/true));
-    }
-    return absl::OkStatus();
-  }();
-  return status;
-}
-
 // Only the adapters train (the base is frozen: no gradients, no optimizer state); a
 // checkpoint holds the PEFT adapter and the merged weights (W + alpha/rank * B.A).
 class LoRAStrategy final : public FinetuneStrategy {
@@ -197,8 +125,6 @@ class LoRAStrategy final : public FinetuneStrategy {
             "LoRA model builder (torchtune.models.*.lora_*)",
             "base weights (HF or llama2.c); null: random init from seed"};
   }
-  absl::Status RegisterModels() const override { return RegisterLoRAModelComponents(); }
-
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
     const ConfigNode* m = root.Find("model");
     if (m == nullptr || !m->IsMap()) return;

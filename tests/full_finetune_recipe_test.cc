@@ -254,7 +254,7 @@ TEST_F(FullFinetuneRecipeTest, HostileValuesAreErrorsNamingTheKey) {
       {"max_steps_per_epoch=0", "key 'max_steps_per_epoch': must be in [1, "},
       {"dataset.first_index=9223372036854775807", "key 'dataset.first_index': must be in [0, "},
       {"tokenizer.max_seq_len=0", "key 'tokenizer.max_seq_len': must be in [1, 1048576]"},
-      {"model.num_layers=1000000000", "num_layers (1000000000) must be at most 4096"},
+      {"model.num_layers=1000000000", "key 'model.num_layers': must be in [1, 4096]"},
   };
   int i = 0;
   for (const auto& [override, expected] : cases) {

@@ -271,8 +271,8 @@ TEST(GenerateRecipeDemoTest, HostileValuesAreErrorsNamingTheKey) {
        "num_heads (num_attention_heads): 8 in the checkpoint, 4 in the model"},
       {{"model.num_heads=16", "model.num_kv_heads=4"}, "tests/assets/demo/config.json"},
       // Used to segfault (RoPE table size overflow) and to build layers for minutes.
-      {{"model.max_seq_len=9223372036854775807"}, "must be at most"},
-      {{"model.num_layers=1000000000"}, "num_layers (1000000000) must be at most 4096"},
+      {{"model.max_seq_len=9223372036854775807"}, "key 'model.max_seq_len': must be in [1, "},
+      {{"model.num_layers=1000000000"}, "key 'model.num_layers': must be in [1, 4096]"},
       // A tokenizer with more ids than the model's embedding: stop tokens past the vocabulary
       // were dropped, so generation could never stop.
       {{"tokenizer={_component_: cctune.models.llama2c.llama2c_tokenizer, path: " + fixture +

@@ -1,38 +1,51 @@
 #include "models/llama2/llama2.h"
 
-#include "models/decoder_builder.h"
-
 namespace cctune {
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama2(int64_t vocab_size, int64_t num_layers,
-                                                           int64_t num_heads, int64_t num_kv_heads,
-                                                           int64_t embed_dim, int64_t max_seq_len,
-                                                           int64_t intermediate_dim, float norm_eps,
-                                                           double rope_base) {
+DecoderConfig Llama2Defaults() {
   DecoderConfig c;
-  c.vocab_size = vocab_size;
-  c.num_layers = num_layers;
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_kv_heads;
-  c.embed_dim = embed_dim;
-  c.max_seq_len = max_seq_len;
-  c.intermediate_dim = intermediate_dim > 0 ? intermediate_dim : ScaleHiddenDimForMlp(embed_dim);
-  c.norm_eps = norm_eps;
-  c.rope_base = rope_base;
-  return BuildDecoder(c);
+  c.norm_eps = 1e-5f;
+  c.rope_base = 10000.0;
+  return c;
 }
 
+DecoderConfig Llama2_7BConfig() {
+  return WithSizes(Llama2Defaults(), {32000, 32, 32, 32, 4096, ScaleHiddenDimForMlp(4096), 4096});
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama2_7B() {
-  return Llama2(/*vocab_size=*/32000, /*num_layers=*/32, /*num_heads=*/32, /*num_kv_heads=*/32,
-                /*embed_dim=*/4096, /*max_seq_len=*/4096);
+  return BuildDecoder(Llama2_7BConfig());
 }
 
+DecoderConfig Llama2_13BConfig() {
+  return WithSizes(Llama2Defaults(), {32000, 40, 40, 40, 5120, 13824, 4096});
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama2_13B() {
-  return Llama2(32000, 40, 40, 40, 5120, 4096, /*intermediate_dim=*/13824);
+  return BuildDecoder(Llama2_13BConfig());
 }
 
+DecoderConfig Llama2_70BConfig() {
+  return WithSizes(Llama2Defaults(), {32000, 80, 64, 8, 8192, 28672, 4096});
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama2_70B() {
-  return Llama2(32000, 80, 64, 8, 8192, 4096, /*intermediate_dim=*/28672);
+  return BuildDecoder(Llama2_70BConfig());
+}
+
+const ModelFamily& Llama2Family() {
+  static const ModelFamily* const family = new ModelFamily{
+      "llama2",
+      "llama2",
+      "Llama 2",
+      /*required_args=*/
+      {"vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim", "max_seq_len"},
+      /*optional_args=*/{"attn_dropout", "intermediate_dim", "norm_eps"},
+      Llama2Defaults(),
+      /*models=*/
+      {
+          {"llama2_7b", "Llama 2 7B", Llama2_7BConfig(), {}},
+          {"llama2_13b", "Llama 2 13B", Llama2_13BConfig(), {}},
+          {"llama2_70b", "Llama 2 70B (GQA 64/8)", Llama2_70BConfig(), {}},
+      }};
+  return *family;
 }
 
 }  // namespace cctune

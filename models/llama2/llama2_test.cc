@@ -26,8 +26,10 @@ TEST(Llama2Test, DefaultHiddenDimIsScaledForSwiGlu) {
   EXPECT_EQ(ScaleHiddenDimForMlp(4096), 11008);
   EXPECT_EQ(ScaleHiddenDimForMlp(5120), 13824);
   EXPECT_EQ(ScaleHiddenDimForMlp(288, 32), 768);  // llama2.c's stories15M
-  auto m = Llama2(100, 1, 4, 4, 64, 128);
-  ASSERT_TRUE(m.ok());
+  auto m = testing::BuildModelYaml(
+      "_component_: torchtune.models.llama2.llama2\nvocab_size: 100\nnum_layers: 1\n"
+      "num_heads: 4\nnum_kv_heads: 4\nembed_dim: 64\nmax_seq_len: 128\n");
+  ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->layer(0).mlp().hidden_dim(), ScaleHiddenDimForMlp(64));
 }
 

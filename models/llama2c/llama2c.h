@@ -9,7 +9,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/llama2c.h"
+#include "config/node.h"
+#include "models/decoder_builder.h"
 #include "modules/transformer_decoder.h"
 
 namespace cctune {
@@ -28,8 +32,21 @@ struct Llama2cConfig {
   std::string ToString() const;
 };
 
-// Builds the decoder; errors name the header field and value.
+// The decoder's numbers; errors name the header field and value.
+absl::StatusOr<DecoderConfig> Llama2cDecoderConfig(const Llama2cConfig& config);
+// BuildDecoder(Llama2cDecoderConfig(config)).
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama2c(const Llama2cConfig& config);
+
+// The builder keys of a header, typed (what a llama2.c checkpointer passes to the model
+// component): dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len.
+ConfigNode Llama2cBuilderArgs(const Llama2cConfig& config);
+// The same for a .bin file's header (checkpoint/llama2c.h); vocab_size is negative when the
+// classifier is separate.
+ConfigNode Llama2cBuilderArgs(const Llama2cHeader& header);
+
+// Registers cctune.models.llama2c.llama2c: the header's seven keys, each from the config node
+// or else from the checkpoint's header.
+absl::Status RegisterLlama2cModels();
 
 }  // namespace cctune
 

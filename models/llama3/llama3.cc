@@ -1,34 +1,43 @@
 #include "models/llama3/llama3.h"
 
-#include "models/decoder_builder.h"
-
 namespace cctune {
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3(int64_t vocab_size, int64_t num_layers,
-                                                           int64_t num_heads, int64_t num_kv_heads,
-                                                           int64_t embed_dim, int64_t max_seq_len,
-                                                           int64_t intermediate_dim, float norm_eps,
-                                                           double rope_base) {
+DecoderConfig Llama3Defaults() {
   DecoderConfig c;
-  c.vocab_size = vocab_size;
-  c.num_layers = num_layers;
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_kv_heads;
-  c.embed_dim = embed_dim;
-  c.max_seq_len = max_seq_len;
-  c.intermediate_dim = intermediate_dim > 0 ? intermediate_dim : ScaleHiddenDimForMlp(embed_dim);
-  c.norm_eps = norm_eps;
-  c.rope_base = rope_base;
-  return BuildDecoder(c);
+  c.norm_eps = 1e-5f;
+  c.rope_base = 500000.0;
+  return c;
 }
 
+DecoderConfig Llama3_8BConfig() {
+  return WithSizes(Llama3Defaults(), {128256, 32, 32, 8, 4096, 14336, 8192});
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_8B() {
-  return Llama3(/*vocab_size=*/128256, /*num_layers=*/32, /*num_heads=*/32, /*num_kv_heads=*/8,
-                /*embed_dim=*/4096, /*max_seq_len=*/8192, /*intermediate_dim=*/14336);
+  return BuildDecoder(Llama3_8BConfig());
 }
 
+DecoderConfig Llama3_70BConfig() {
+  return WithSizes(Llama3Defaults(), {128256, 80, 64, 8, 8192, 28672, 8192});
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_70B() {
-  return Llama3(128256, 80, 64, 8, 8192, 8192, /*intermediate_dim=*/28672);
+  return BuildDecoder(Llama3_70BConfig());
+}
+
+const ModelFamily& Llama3Family() {
+  static const ModelFamily* const family = new ModelFamily{
+      "llama3",
+      "llama3",
+      "Llama 3",
+      /*required_args=*/
+      {"vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim", "max_seq_len"},
+      /*optional_args=*/{"attn_dropout", "rope_base", "intermediate_dim", "norm_eps"},
+      Llama3Defaults(),
+      /*models=*/
+      {
+          {"llama3_8b", "Llama 3 8B", Llama3_8BConfig(), {}},
+          {"llama3_70b", "Llama 3 70B", Llama3_70BConfig(), {}},
+      }};
+  return *family;
 }
 
 }  // namespace cctune

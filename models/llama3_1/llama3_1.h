@@ -1,25 +1,33 @@
-// Llama 3.1: component builder Llama3_1() and model builders (torchtune.models.llama3_1).
-// As Llama 3, with Llama3ScaledRoPE (factor 8, low/high freq factors 1/4, original context
-// 8192) and a 131072-token context.
+// Llama 3.1 (torchtune.models.llama3_1): as Llama 3, with Llama3ScaledRoPE (scale_factor 8,
+// low/high frequency factors 1/4, original context 8192) and a 131072-token context.
+//
+// Llama3_1Family() describes the builders once; models/registry.h registers them as
+// cctune.models.llama3_1.llama3_1 (the component builder, every torchtune argument),
+// cctune.models.llama3_1.lora_llama3_1, cctune.models.llama3_1.<model> and
+// cctune.models.llama3_1.lora_<model> (torchtune.models.* too). Sizes in DecoderSizes order:
+// vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len.
 #ifndef CCTUNE_MODELS_LLAMA3_1_LLAMA3_1_H_
 #define CCTUNE_MODELS_LLAMA3_1_LLAMA3_1_H_
 
-#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/decoder_builder.h"
+#include "models/model_builder.h"
 #include "modules/transformer_decoder.h"
 
 namespace cctune {
 
-// intermediate_dim = 0 means ScaleHiddenDimForMlp(embed_dim).
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_1(
-    int64_t vocab_size, int64_t num_layers, int64_t num_heads, int64_t num_kv_heads,
-    int64_t embed_dim, int64_t max_seq_len, int64_t intermediate_dim = 0, float norm_eps = 1e-5f,
-    double rope_base = 500000.0, double scale_factor = 8.0);
+// The component builder's defaults (torchtune's llama3_1(...) keyword defaults).
+DecoderConfig Llama3_1Defaults();
+const ModelFamily& Llama3_1Family();
 
+// Model builders: their numbers, and the plain decoder.
+DecoderConfig Llama3_1_8BConfig();
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_1_8B();
+DecoderConfig Llama3_1_70BConfig();
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_1_70B();
+DecoderConfig Llama3_1_405BConfig();
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_1_405B();
 
 }  // namespace cctune

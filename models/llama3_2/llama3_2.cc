@@ -1,40 +1,59 @@
 #include "models/llama3_2/llama3_2.h"
 
-#include "models/decoder_builder.h"
-
 namespace cctune {
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_2(
-    int64_t vocab_size, int64_t num_layers, int64_t num_heads, int64_t num_kv_heads,
-    int64_t embed_dim, int64_t max_seq_len, int64_t intermediate_dim, float norm_eps,
-    double rope_base, double scale_factor, bool tie_word_embeddings) {
+DecoderConfig Llama3_2Defaults() {
   DecoderConfig c;
-  c.vocab_size = vocab_size;
-  c.num_layers = num_layers;
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_kv_heads;
-  c.embed_dim = embed_dim;
-  c.max_seq_len = max_seq_len;
-  c.intermediate_dim = intermediate_dim > 0 ? intermediate_dim : ScaleHiddenDimForMlp(embed_dim);
-  c.norm_eps = norm_eps;
-  c.rope_base = rope_base;
+  c.norm_eps = 1e-5f;
+  c.rope_base = 500000.0;
   ops::RopeScaling scaling;
-  scaling.factor = scale_factor;
+  scaling.factor = 32.0;
   c.rope_scaling = scaling;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+DecoderConfig Llama3_2_1BConfig(bool tie_word_embeddings) {
+  DecoderConfig c = WithSizes(Llama3_2Defaults(), {128256, 16, 32, 8, 2048, 8192, 131072});
   c.tie_word_embeddings = tie_word_embeddings;
-  return BuildDecoder(c);
+  return c;
 }
-
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_2_1B(bool tie_word_embeddings) {
-  return Llama3_2(/*vocab_size=*/128256, /*num_layers=*/16, /*num_heads=*/32,
-                  /*num_kv_heads=*/8, /*embed_dim=*/2048, /*max_seq_len=*/131072,
-                  /*intermediate_dim=*/8192, /*norm_eps=*/1e-5f, /*rope_base=*/500000.0,
-                  /*scale_factor=*/32.0, tie_word_embeddings);
+  return BuildDecoder(Llama3_2_1BConfig(tie_word_embeddings));
 }
 
+DecoderConfig Llama3_2_3BConfig(bool tie_word_embeddings) {
+  DecoderConfig c = WithSizes(Llama3_2Defaults(), {128256, 28, 24, 8, 3072, 8192, 131072});
+  c.tie_word_embeddings = tie_word_embeddings;
+  return c;
+}
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Llama3_2_3B(bool tie_word_embeddings) {
-  return Llama3_2(128256, 28, 24, 8, 3072, 131072, /*intermediate_dim=*/8192, 1e-5f, 500000.0, 32.0,
-                  tie_word_embeddings);
+  return BuildDecoder(Llama3_2_3BConfig(tie_word_embeddings));
+}
+
+const ModelFamily& Llama3_2Family() {
+  static const ModelFamily* const family = new ModelFamily{
+      "llama3_2",
+      "llama3_2",
+      "Llama 3.2",
+      /*required_args=*/
+      {"vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim", "max_seq_len"},
+      /*optional_args=*/
+      {"attn_dropout", "rope_base", "intermediate_dim", "norm_eps", "scale_factor",
+       "tie_word_embeddings"},
+      Llama3_2Defaults(),
+      /*models=*/
+      {
+          {"llama3_2_1b",
+           "Llama 3.2 1B (tied output)",
+           Llama3_2_1BConfig(),
+           {"tie_word_embeddings"}},
+          {"llama3_2_3b",
+           "Llama 3.2 3B (tied output)",
+           Llama3_2_3BConfig(),
+           {"tie_word_embeddings"}},
+      }};
+  return *family;
 }
 
 }  // namespace cctune

@@ -1,21 +1,28 @@
-// Mistral: component builder Mistral() and the 7B model builder (torchtune.models.mistral).
-// GQA 32/8, RoPE base 10000 on interleaved pairs.
+// Mistral (torchtune.models.mistral): GQA, RoPE on interleaved pairs with base 10000.
+//
+// MistralFamily() describes the builders once; models/registry.h registers them as
+// cctune.models.mistral.mistral (the component builder, every torchtune argument),
+// cctune.models.mistral.lora_mistral, cctune.models.mistral.<model> and
+// cctune.models.mistral.lora_<model> (torchtune.models.* too). Sizes in DecoderSizes order:
+// vocab_size, num_layers, num_heads, num_kv_heads, embed_dim, intermediate_dim, max_seq_len.
 #ifndef CCTUNE_MODELS_MISTRAL_MISTRAL_H_
 #define CCTUNE_MODELS_MISTRAL_MISTRAL_H_
 
-#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "models/decoder_builder.h"
+#include "models/model_builder.h"
 #include "modules/transformer_decoder.h"
 
 namespace cctune {
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> Mistral(
-    int64_t vocab_size, int64_t num_layers, int64_t num_heads, int64_t num_kv_heads,
-    int64_t embed_dim, int64_t intermediate_dim, int64_t max_seq_len, float norm_eps = 1e-5f,
-    double rope_base = 10000.0);
+// The component builder's defaults (torchtune's mistral(...) keyword defaults).
+DecoderConfig MistralDefaults();
+const ModelFamily& MistralFamily();
 
+// Model builders: their numbers, and the plain decoder.
+DecoderConfig Mistral_7BConfig();
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> Mistral_7B();
 
 }  // namespace cctune

@@ -13,7 +13,10 @@ TEST(MistralTest, Mistral_7B) {
 }
 
 TEST(MistralTest, ComponentBuilderValidates) {
-  auto bad = Mistral(32000, 2, 32, 6, 4096, 14336, 1024);
+  auto bad = testing::BuildModelYaml(
+      "_component_: torchtune.models.mistral.mistral\nvocab_size: 32000\nnum_layers: 2\n"
+      "num_heads: 32\nnum_kv_heads: 6\nembed_dim: 4096\nintermediate_dim: 14336\n"
+      "max_seq_len: 1024\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message())
                 .find("num_heads (32) must be divisible by "
