@@ -57,6 +57,12 @@ TEST(DecoderBuilderTest, TiedDecoderRunsAndSharesTheTable) {
   EXPECT_EQ(logits.shape(), (Shape{1, 3, 40}));
 }
 
+TEST(DecoderBuilderTest, ScaleHiddenDimForMlpIsTorchtunes) {
+  EXPECT_EQ(ScaleHiddenDimForMlp(4096), 11008);
+  EXPECT_EQ(ScaleHiddenDimForMlp(5120), 13824);
+  EXPECT_EQ(ScaleHiddenDimForMlp(288, 32), 768);  // llama2.c's stories15M
+}
+
 TEST(DecoderBuilderTest, ErrorsNameTheField) {
   DecoderConfig c = Small();
   c.num_kv_heads = 3;

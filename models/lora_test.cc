@@ -13,10 +13,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
-#include "models/llama2/llama2.h"
-#include "models/llama3_1/llama3_1.h"
-#include "models/llama3_2/llama3_2.h"
-#include "models/qwen2_5/qwen2_5.h"
 #include "models/registry.h"
 #include "modules/lora_linear.h"
 #include "modules/parameters.h"
@@ -25,6 +21,12 @@ namespace cctune {
 namespace {
 
 using ::testing::HasSubstr;
+
+// A registered model builder's numbers.
+DecoderConfig Config(const char* name) {
+  CCTUNE_CHECK_OK(RegisterModelComponents());
+  return ValueOrDie(ModelConfig(name));
+}
 
 int64_t NumBase(const Module& m) { return m.NumParameters() - NumLoRAParameters(m); }
 
@@ -40,7 +42,7 @@ TEST(LoRABuildersTest, ParameterCountsMatchTorchtune) {
   qv.lora_attn_modules = {"q_proj", "v_proj"};
   qv.lora_rank = 8;
   qv.lora_alpha = 16;
-  auto m = ValueOrDie(BuildLoRADecoder(Llama3_2_1BConfig(), qv));
+  auto m = ValueOrDie(BuildLoRADecoder(Config("cctune.models.llama3_2.llama3_2_1b"), qv));
   EXPECT_EQ(m->NumParameters(), 1236666368);
   EXPECT_EQ(NumBase(*m), 1235814400);
   EXPECT_EQ(NumLoRAParameters(*m), 851968);
@@ -55,14 +57,14 @@ TEST(LoRABuildersTest, ParameterCountsMatchTorchtune) {
   all.apply_lora_to_mlp = true;
   all.lora_rank = 16;
   all.lora_alpha = 32;
-  auto m2 = ValueOrDie(BuildLoRADecoder(Llama3_2_1BConfig(), all));
+  auto m2 = ValueOrDie(BuildLoRADecoder(Config("cctune.models.llama3_2.llama3_2_1b"), all));
   EXPECT_EQ(NumLoRAParameters(*m2), 11272192);
   EXPECT_EQ(NumBase(*m2), 1235814400);
 
   LoRAOptions big = qv;
   big.apply_lora_to_mlp = true;
   big.apply_lora_to_output = true;
-  auto m3 = ValueOrDie(BuildLoRADecoder(Llama3_1_8BConfig(), big));
+  auto m3 = ValueOrDie(BuildLoRADecoder(Config("cctune.models.llama3_1.llama3_1_8b"), big));
   EXPECT_EQ(m3->NumParameters(), 8048883712);
   EXPECT_EQ(NumBase(*m3), 8030261248);
   EXPECT_EQ(NumLoRAParameters(*m3), 18622464);
@@ -74,7 +76,8 @@ TEST(LoRABuildersTest, BaseCountsEqualThePlainBuilders) {
   o.apply_lora_to_mlp = true;
   o.lora_rank = 4;
   for (auto cfg :
-       {Llama3_2_1BConfig(), Llama3_1_8BConfig(), Llama2_7BConfig(), Qwen2_5_0_5BConfig()}) {
+       {Config("cctune.models.llama3_2.llama3_2_1b"), Config("cctune.models.llama3_1.llama3_1_8b"),
+        Config("cctune.models.llama2.llama2_7b"), Config("cctune.models.qwen2_5.qwen2_5_0_5b")}) {
     auto plain = ValueOrDie(BuildDecoder(cfg));
     auto lora = ValueOrDie(BuildLoRADecoder(cfg, o));
     EXPECT_EQ(NumBase(*lora), plain->NumParameters()) << DecoderConfigString(cfg);
@@ -90,14 +93,8 @@ TEST(LoRABuildersTest, BaseCountsEqualThePlainBuilders) {
 }
 
 TEST(LoRABuildersTest, NamesAndTrainableLayout) {
-  DecoderConfig c;
-  c.vocab_size = 17;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.embed_dim = 16;
-  c.intermediate_dim = 24;
-  c.max_seq_len = 16;
+  // vocab, layers, heads, kv heads, width, hidden, context
+  const DecoderConfig c = WithSizes(DecoderConfig(), {17, 2, 4, 2, 16, 24, 16});
   LoRAOptions o;
   o.lora_attn_modules = {"q_proj", "output_proj"};
   o.apply_lora_to_output = true;
@@ -138,17 +135,17 @@ TEST(LoRABuildersTest, NamesAndTrainableLayout) {
 TEST(LoRABuildersTest, RejectsBadOptions) {
   LoRAOptions o;
   o.lora_attn_modules = {"q_proj", "gate_proj"};
-  absl::Status st = BuildLoRADecoder(Llama3_2_1BConfig(), o).status();
+  absl::Status st = BuildLoRADecoder(Config("cctune.models.llama3_2.llama3_2_1b"), o).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("gate_proj"), std::string::npos) << st;
   o.lora_attn_modules = {"q_proj"};
   o.lora_rank = 0;
-  EXPECT_FALSE(BuildLoRADecoder(Llama3_2_1BConfig(), o).ok());
+  EXPECT_FALSE(BuildLoRADecoder(Config("cctune.models.llama3_2.llama3_2_1b"), o).ok());
   o.lora_rank = 8;
   o.apply_lora_to_output = true;  // llama3_2_1b ties its embeddings
-  st = BuildLoRADecoder(Llama3_2_1BConfig(), o).status();
+  st = BuildLoRADecoder(Config("cctune.models.llama3_2.llama3_2_1b"), o).status();
   EXPECT_NE(st.message().find("tied"), std::string::npos) << st;
-  EXPECT_TRUE(BuildLoRADecoder(Llama3_1_8BConfig(), o).ok());
+  EXPECT_TRUE(BuildLoRADecoder(Config("cctune.models.llama3_1.llama3_1_8b"), o).ok());
 }
 
 TEST(LoRABuildersTest, RegistryResolvesBothSpellings) {
@@ -188,14 +185,8 @@ TEST(LoRABuildersTest, RegistryResolvesBothSpellings) {
 // The export path of a LoRA run: adapters in PEFT layout, and merged weights in HF layout that
 // a plain model loads and with which it reproduces the LoRA model's logits.
 TEST(LoRAExportTest, MergedHfCheckpointReproducesLoRALogitsAndAdaptersRoundTrip) {
-  DecoderConfig c;
-  c.vocab_size = 19;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.embed_dim = 16;
-  c.intermediate_dim = 24;
-  c.max_seq_len = 16;
+  // vocab, layers, heads, kv heads, width, hidden, context
+  const DecoderConfig c = WithSizes(DecoderConfig(), {19, 2, 4, 2, 16, 24, 16});
   LoRAOptions o;
   o.lora_attn_modules = {"q_proj", "k_proj", "v_proj", "output_proj"};
   o.apply_lora_to_mlp = true;

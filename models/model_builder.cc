@@ -1,11 +1,17 @@
 #include "models/model_builder.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "config/validate.h"
+#include "config/yaml_loader.h"
 #include "core/status.h"
 
 namespace cctune {
@@ -131,6 +137,17 @@ const std::vector<DecoderArg>& DecoderArgs() {
        [](const ConfigNode& v, Pending& p) { return SetBias(v, p, 1); }},
       {"v_proj_bias", KeyType::Bool(), "bias on v_proj (q/k the same)", &DefaultBias,
        [](const ConfigNode& v, Pending& p) { return SetBias(v, p, 2); }},
+      {"rope_pairing", KeyType::Enum({"interleaved", "half_split"}),
+       "RoPE pairs: (2i, 2i+1), or (i, i + head_dim/2) as Hugging Face's layout",
+       [](const DecoderConfig& c) {
+         return ConfigNode::String(c.rope_pairing == ops::RopePairing::kHalfSplit ? "half_split"
+                                                                                  : "interleaved");
+       },
+       [](const ConfigNode& v, Pending& p) {
+         p.c.rope_pairing = v.string_value() == "half_split" ? ops::RopePairing::kHalfSplit
+                                                             : ops::RopePairing::kInterleaved;
+         return absl::OkStatus();
+       }},
       {"q_norm", KeyType::Bool(), "RMSNorm on queries (only false)",
        [](const DecoderConfig&) { return ConfigNode::Bool(false); },
        [](const ConfigNode& v, Pending&) {
@@ -289,8 +306,29 @@ absl::StatusOr<LoRAOptions> ReadLoRAOptions(const ConfigNode& node) {
   return o;
 }
 
+namespace {
+
+// Every registered builder's DecoderConfigFn, for ModelConfig.
+struct ConfigFns {
+  absl::Mutex mu;
+  std::map<std::string, DecoderConfigFn> fns ABSL_GUARDED_BY(mu);
+};
+ConfigFns& RegisteredConfigFns() {
+  static ConfigFns* const fns = new ConfigFns;
+  return *fns;
+}
+
+void RememberConfigFn(const std::string& name, DecoderConfigFn make) {
+  ConfigFns& r = RegisteredConfigFns();
+  absl::MutexLock lock(&r.mu);
+  r.fns.emplace(name, std::move(make));
+}
+
+}  // namespace
+
 absl::Status RegisterModelBuilder(std::string name, Schema schema, DecoderConfigFn make) {
   schema.set_name(name);
+  RememberConfigFn(name, make);
   return ModelComponentRegistry().Register(
       std::move(name), std::move(schema),
       [make = std::move(make)](const ConfigNode& node, const ConfigNode& from_checkpoint)
@@ -304,6 +342,7 @@ absl::Status RegisterLoRAModelBuilder(std::string name, Schema schema, DecoderCo
                                       bool attn_modules_required) {
   schema.set_name(name);
   AddLoRAArgs(schema, attn_modules_required);
+  RememberConfigFn(name, make);
   return ModelComponentRegistry().Register(
       std::move(name), std::move(schema),
       [make = std::move(make)](const ConfigNode& node, const ConfigNode& from_checkpoint)
@@ -340,6 +379,156 @@ absl::Status RegisterModelFamily(const ModelFamily& family) {
     CCTUNE_RETURN_IF_ERROR(add(family.name, m.name, m.doc, {}, m.args, m.config));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<DecoderConfig> ModelConfig(absl::string_view name, const ConfigNode& args,
+                                          const ConfigNode& from_checkpoint) {
+  ConfigNode node = args.IsMap() ? args : ConfigNode::Map();
+  node.Set("_component_", ConfigNode::String(std::string(name)));
+  const ModelComponentRegistryT& registry = ModelComponentRegistry();
+  std::vector<ConfigError> errors;
+  CheckComponent(node, registry.kind(), registry.catalog(), &errors);
+  CCTUNE_RETURN_IF_ERROR(ErrorsToStatus(errors));
+  const std::optional<ComponentInfo> info = registry.catalog().Find(name);
+  CCTUNE_CHECK(info.has_value(), "component vanished after checking");
+  DecoderConfigFn make;
+  {
+    ConfigFns& r = RegisteredConfigFns();
+    absl::MutexLock lock(&r.mu);
+    auto it = r.fns.find(info->name);
+    if (it == r.fns.end()) {
+      return absl::NotFoundError(absl::StrCat("'", name, "' is not a decoder builder"));
+    }
+    make = it->second;
+  }
+  return make(WithDefaults(node, *info->schema), from_checkpoint);
+}
+
+namespace {
+
+// `entries` of a family file checked as decoder arguments (of `allowed` when given).
+absl::Status CheckDecoderArgs(const ConfigNode& map, const std::vector<std::string>* allowed) {
+  for (const auto& [key, value] : map.entries()) {
+    const DecoderArg* a = FindDecoderArg(key);
+    if (a == nullptr || (allowed != nullptr &&
+                         std::find(allowed->begin(), allowed->end(), key) == allowed->end())) {
+      std::vector<std::string> names;
+      if (allowed != nullptr) {
+        names = *allowed;
+      } else {
+        for (const DecoderArg& d : DecoderArgs()) names.push_back(d.key);
+      }
+      return value.Error(absl::StrCat(
+          "'", key, "' is not an argument here; accepted: ", absl::StrJoin(names, ", ")));
+    }
+    std::string wrong = a->type.Mismatch(value);
+    if (wrong.empty()) wrong = a->type.RangeMismatch(value);
+    if (!wrong.empty()) return value.Error(absl::StrCat("'", key, "': ", wrong));
+  }
+  return absl::OkStatus();
+}
+
+// `base` with the entries of `maps` applied, later maps winning.
+absl::StatusOr<DecoderConfig> ApplyArgs(const std::vector<const ConfigNode*>& maps) {
+  ConfigNode merged = ConfigNode::Map();
+  for (const ConfigNode* m : maps) {
+    for (const auto& [key, value] : m->entries()) merged.Set(key, value);
+  }
+  return ReadDecoderArgs(merged, ConfigNode(), merged.Keys(), DecoderConfig());
+}
+
+const Schema& FamilySchema() {
+  static const Schema* const schema = [] {
+    auto* s = new Schema("model family", "models/<family>/<family>.yaml");
+    s->Required("family", KeyType::String(), "module of the model builders")
+        .Optional("component", KeyType::String(), "the component builder's name and module")
+        .Required("doc", KeyType::String(), "one line")
+        .Required("required", KeyType::List(KeyType::String()),
+                  "component builder arguments without a default")
+        .Default("defaults", KeyType::Map(), ConfigNode::Map(),
+                 "component builder arguments with their defaults")
+        .Default("fixed", KeyType::Map(), ConfigNode::Map(), "what no argument sets")
+        .Required("models", KeyType::Map(), "model builders");
+    return s;
+  }();
+  return *schema;
+}
+
+const Schema& PresetSchema() {
+  static const Schema* const schema = [] {
+    auto* s = new Schema("model builder", "an entry of a family file's models");
+    s->Required("doc", KeyType::String(), "one line")
+        .Required("call", KeyType::Map(), "the component builder's arguments")
+        .Default("args", KeyType::List(KeyType::String()), ConfigNode::List(),
+                 "arguments the model builder takes")
+        .Optional("published",
+                  KeyType::Object(Schema("published", "counts to test the builder against")
+                                      .Required("parameters", KeyType::Int().AtLeast(1), "")
+                                      .Required("tensors", KeyType::Int().AtLeast(1), "")),
+                  "what the publisher or torchtune counts");
+    return s;
+  }();
+  return *schema;
+}
+
+absl::Status CheckNode(const ConfigNode& node, const Schema& schema) {
+  std::vector<ConfigError> errors;
+  CheckAgainstSchema(node, schema, ComponentCatalog::Global(), &errors);
+  return ErrorsToStatus(errors);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view yaml, const std::string& file) {
+  CCTUNE_ASSIGN_OR_RETURN(const ConfigNode raw, LoadYamlString(yaml, file));
+  CCTUNE_RETURN_IF_ERROR(CheckNode(raw, FamilySchema()));
+  const ConfigNode root = WithDefaults(raw, FamilySchema());
+  ModelFamily f;
+  f.name = root.Child("family")->string_value();
+  if (const ConfigNode* c = root.Child("component")) f.component = c->string_value();
+  f.doc = root.Child("doc")->string_value();
+  const ConfigNode& defaults = *root.Child("defaults");
+  const ConfigNode& fixed = *root.Child("fixed");
+  for (const ConfigNode& r : root.Child("required")->items()) {
+    if (FindDecoderArg(r.string_value()) == nullptr) {
+      return r.Error(absl::StrCat("'", r.string_value(), "' is not a decoder argument"));
+    }
+    f.required_args.push_back(r.string_value());
+  }
+  CCTUNE_RETURN_IF_ERROR(CheckDecoderArgs(defaults, nullptr));
+  CCTUNE_RETURN_IF_ERROR(CheckDecoderArgs(fixed, nullptr));
+  f.optional_args = defaults.Keys();
+  CCTUNE_ASSIGN_OR_RETURN(f.defaults, ApplyArgs({&fixed, &defaults}));
+  std::vector<std::string> all = f.required_args;
+  all.insert(all.end(), f.optional_args.begin(), f.optional_args.end());
+  for (const auto& [name, entry] : root.Child("models")->entries()) {
+    CCTUNE_RETURN_IF_ERROR(CheckNode(entry, PresetSchema()));
+    const ConfigNode preset = WithDefaults(entry, PresetSchema());
+    const ConfigNode& call = *preset.Child("call");
+    CCTUNE_RETURN_IF_ERROR(CheckDecoderArgs(call, &all));
+    for (const std::string& r : f.required_args) {
+      if (call.Child(r) == nullptr) {
+        return call.Error(absl::StrCat("model builder '", name, "' must give '", r, "'"));
+      }
+    }
+    ModelPreset m;
+    m.name = name;
+    m.doc = preset.Child("doc")->string_value();
+    CCTUNE_ASSIGN_OR_RETURN(m.config, ApplyArgs({&fixed, &defaults, &call}));
+    for (const ConfigNode& a : preset.Child("args")->items()) {
+      if (std::find(all.begin(), all.end(), a.string_value()) == all.end()) {
+        return a.Error(absl::StrCat("'", a.string_value(), "' is not an argument of ",
+                                    f.component.empty() ? f.name : f.component));
+      }
+      m.args.push_back(a.string_value());
+    }
+    if (const ConfigNode* p = preset.Child("published")) {
+      m.published_parameters = p->Child("parameters")->int_value();
+      m.published_tensors = p->Child("tensors")->int_value();
+    }
+    f.models.push_back(std::move(m));
+  }
+  return f;
 }
 
 }  // namespace cctune

@@ -2,8 +2,9 @@
 // ("cctune.models.llama3_2.llama3_2_1b"; "torchtune.models.llama3_2.llama3_2_1b" resolves to
 // it), each with a typed Schema, as torchtune's `_component_` paths name them.
 //
-// A family (models/<family>/) describes itself once in a ModelFamily: its component builder's
-// torchtune arguments and defaults, and its model builders' numbers. RegisterModelFamily then
+// A family describes itself once, in models/<family>/<family>.yaml (ParseModelFamily makes it
+// a ModelFamily): its component builder's torchtune arguments and defaults, and its model
+// builders as calls of the component builder. RegisterModelFamily then
 // registers, under both spellings,
 //   <component>.<component>       the component builder, every torchtune argument
 //   <component>.lora_<component>  the same plus the LoRA arguments
@@ -74,8 +75,13 @@ struct ModelPreset {
   std::string doc;
   DecoderConfig config;
   std::vector<std::string> args;  // decoder args the builder accepts (default: its numbers)
+  // What the model's publisher or torchtune counts (0: not stated): parameters, and tensors
+  // in the state dict. registry_test checks every built-in model against them.
+  int64_t published_parameters = 0;
+  int64_t published_tensors = 0;
 };
 
+// A family: torchtune's _component_builders.py and _model_builders.py in one description.
 struct ModelFamily {
   std::string name;       // module of the model builders: cctune.models.<name>.*
   std::string component;  // the component builder, in module cctune.models.<component>; "": none
@@ -84,16 +90,37 @@ struct ModelFamily {
   // those with one (the default is `defaults`'s value).
   std::vector<std::string> required_args;
   std::vector<std::string> optional_args;
-  // Defaults of the optional arguments, and what no argument sets (RoPE pairing, scaling).
+  // Defaults of the optional arguments, and what no argument sets (RoPE pairing, ...).
   DecoderConfig defaults;
   std::vector<ModelPreset> models;
   // torchtune's lora_ builders require lora_attn_modules; others may default it.
   bool lora_attn_modules_required = true;
 };
 
+// Reads a family file (models/<family>/<family>.yaml; docs/adding_a_model.md):
+//   family: llama3_2              module of the model builders
+//   component: llama3_2           the component builder (omit for none)
+//   doc: Llama 3.2 (text)
+//   required: [vocab_size, ...]   its arguments without a default, in torchtune's order
+//   defaults: {attn_dropout: 0.0, ...}  the others, with their defaults, in order
+//   fixed: {rope_pairing: half_split}   decoder settings no argument changes
+//   models:                       the model builders: the component builder's arguments
+//     llama3_2_1b: {doc: ..., call: {vocab_size: 128256, ...}, args: [tie_word_embeddings],
+//                   published: {parameters: 1235814400, tensors: 146}}
+// Every key and value is checked (unknown decoder arguments, types, ranges, a model builder
+// leaving out a required argument), each error with file:line.
+absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view yaml, const std::string& file);
+
 // Registers the family's component builder, its lora_ version, every model builder and its
-// lora_ version. Idempotent per family (names already registered are an error).
+// lora_ version (AlreadyExists when a name is taken).
 absl::Status RegisterModelFamily(const ModelFamily& family);
+
+// The DecoderConfig registered builder `name` (either spelling) makes from builder keys `args`
+// (a map; null: none), checked as a config's model node would be: for C++ code and tests that
+// want a builder's numbers (e.g. to build it with their own ProjectionFactory).
+absl::StatusOr<DecoderConfig> ModelConfig(absl::string_view name,
+                                          const ConfigNode& args = ConfigNode(),
+                                          const ConfigNode& from_checkpoint = ConfigNode());
 
 }  // namespace cctune
 

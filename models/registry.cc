@@ -3,27 +3,29 @@
 #include <utility>
 
 #include "core/status.h"
+#include "models/embedded_families.h"
 #include "models/hf_config/hf_config.h"
-#include "models/llama2/llama2.h"
 #include "models/llama2c/llama2c.h"
-#include "models/llama3/llama3.h"
-#include "models/llama3_1/llama3_1.h"
-#include "models/llama3_2/llama3_2.h"
-#include "models/mistral/mistral.h"
-#include "models/qwen2_5/qwen2_5.h"
 #include "models/tiny/tiny.h"
 
 namespace cctune {
 
-std::vector<const ModelFamily*> BuiltinModelFamilies() {
-  return {&Llama2Family(),  &Llama3Family(),  &Llama3_1Family(), &Llama3_2Family(),
-          &MistralFamily(), &Qwen2_5Family(), &TinyFamily()};
+absl::StatusOr<std::vector<ModelFamily>> BuiltinModelFamilies() {
+  std::vector<ModelFamily> families;
+  for (int i = 0; i < internal::kNumEmbeddedFamilies; ++i) {
+    const EmbeddedFamily& e = internal::kEmbeddedFamilies[i];
+    CCTUNE_ASSIGN_OR_RETURN(ModelFamily f, ParseModelFamily(e.yaml, e.path));
+    families.push_back(std::move(f));
+  }
+  families.push_back(TinyFamily());
+  return families;
 }
 
 absl::Status RegisterModelComponents() {
   static const absl::Status status = [] {
-    for (const ModelFamily* family : BuiltinModelFamilies()) {
-      CCTUNE_RETURN_IF_ERROR(RegisterModelFamily(*family));
+    CCTUNE_ASSIGN_OR_RETURN(std::vector<ModelFamily> families, BuiltinModelFamilies());
+    for (const ModelFamily& family : families) {
+      CCTUNE_RETURN_IF_ERROR(RegisterModelFamily(family));
     }
     CCTUNE_RETURN_IF_ERROR(RegisterLlama2cModels());
     return RegisterHfConfigModels();

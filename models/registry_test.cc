@@ -41,21 +41,21 @@ TEST(ModelRegistryTest, EveryBuiltinIsRegistered) {
   size_t presets = 0;
   ConfigNode lora = ConfigNode::Map();
   lora.Set("lora_attn_modules", ConfigNode::List({ConfigNode::String("q_proj")}));
-  for (const ModelFamily* f : BuiltinModelFamilies()) {
-    for (const ModelPreset& p : f->models) {
-      const std::string name = absl::StrCat("cctune.models.", f->name, ".", p.name);
+  for (const ModelFamily& f : ValueOrDie(BuiltinModelFamilies())) {
+    for (const ModelPreset& p : f.models) {
+      const std::string name = absl::StrCat("cctune.models.", f.name, ".", p.name);
       auto m = BuildModel(name);
       ASSERT_TRUE(m.ok()) << name << ": " << m.status();
       EXPECT_GT(MetaCount(**m), 0) << name;
-      auto l = BuildModel(absl::StrCat("torchtune.models.", f->name, ".lora_", p.name), lora);
+      auto l = BuildModel(absl::StrCat("torchtune.models.", f.name, ".lora_", p.name), lora);
       ASSERT_TRUE(l.ok()) << name << ": " << l.status();
       EXPECT_GT((*l)->NumParameters(), (*m)->NumParameters()) << name;
       ++presets;
     }
-    if (f->component.empty()) continue;
+    if (f.component.empty()) continue;
     for (const char* prefix : {"", "lora_"}) {
       const std::string name =
-          absl::StrCat("torchtune.models.", f->component, ".", prefix, f->component);
+          absl::StrCat("torchtune.models.", f.component, ".", prefix, f.component);
       EXPECT_TRUE(ModelComponentRegistry().Contains(name)) << name;
     }
   }
@@ -63,6 +63,63 @@ TEST(ModelRegistryTest, EveryBuiltinIsRegistered) {
   EXPECT_TRUE(ModelComponentRegistry().Contains("cctune.models.llama2c.llama2c"));
   EXPECT_TRUE(ModelComponentRegistry().Contains("torchtune.models.from_config_json"));
   EXPECT_TRUE(ModelComponentRegistry().Contains("cctune.models.lora_from_config_json"));
+}
+
+// Every model builder against the parameter and state-dict counts its family file publishes
+// (torchtune's, or the model card's): built in bf16 on the meta device, names and shapes
+// checked too (models/model_test_util.h).
+TEST(ModelRegistryTest, ModelBuildersMatchTheirPublishedCounts) {
+  int checked = 0;
+  for (const ModelFamily& f : ValueOrDie(BuiltinModelFamilies())) {
+    for (const ModelPreset& p : f.models) {
+      if (p.published_parameters == 0) continue;
+      SCOPED_TRACE(p.name);
+      const DecoderConfig& c = p.config;
+      testing::ExpectModel(BuildModel(absl::StrCat("torchtune.models.", f.name, ".", p.name)),
+                           {p.published_parameters, static_cast<size_t>(p.published_tensors),
+                            c.tie_word_embeddings, c.vocab_size, c.embed_dim, c.num_layers,
+                            c.num_heads, c.num_kv_heads, c.intermediate_dim, c.qkv_bias});
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 17);
+}
+
+// What each family fixes beyond the sizes.
+TEST(ModelRegistryTest, FamilySettings) {
+  auto config = [](const char* name) { return ValueOrDie(ModelConfig(name)); };
+  ASSERT_TRUE(RegisterModelComponents().ok());
+  const DecoderConfig llama2 = config("cctune.models.llama2.llama2_7b");
+  EXPECT_EQ(llama2.rope_base, 10000.0);
+  EXPECT_EQ(llama2.intermediate_dim, ScaleHiddenDimForMlp(4096));  // not given: scaled
+  EXPECT_FALSE(llama2.rope_scaling.has_value());
+
+  const DecoderConfig llama3 = config("cctune.models.llama3.llama3_8b");
+  EXPECT_EQ(llama3.rope_base, 500000.0);
+  EXPECT_EQ(llama3.max_seq_len, 8192);
+  EXPECT_FALSE(llama3.rope_scaling.has_value());
+
+  for (const auto& [name, factor] :
+       std::vector<std::pair<const char*, double>>{{"cctune.models.llama3_1.llama3_1_8b", 8.0},
+                                                   {"cctune.models.llama3_2.llama3_2_1b", 32.0}}) {
+    const DecoderConfig c = config(name);
+    ASSERT_TRUE(c.rope_scaling.has_value()) << name;
+    EXPECT_EQ(c.rope_scaling->factor, factor) << name;
+    EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 8192) << name;
+    EXPECT_EQ(c.max_seq_len, 131072) << name;
+  }
+
+  const DecoderConfig mistral = config("torchtune.models.mistral.mistral_7b");
+  EXPECT_EQ(mistral.rope_pairing, ops::RopePairing::kInterleaved);
+  EXPECT_EQ(mistral.norm_eps, 1e-5f);
+
+  const DecoderConfig qwen = config("cctune.models.qwen2_5.qwen2_5_1_5b_instruct");
+  EXPECT_EQ(qwen.rope_pairing, ops::RopePairing::kHalfSplit);
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(qwen.norm_eps, 1e-6f);
+  EXPECT_EQ(qwen.max_seq_len, 32768);
+  EXPECT_EQ(config("cctune.models.qwen2_5.qwen2_5_1_5b_base").max_seq_len, 131072);
+  EXPECT_FALSE(config("cctune.models.qwen2_5.qwen2_5_7b_base").tie_word_embeddings);
 }
 
 // torchtune's component builders with every argument: the same model as the model builder.
@@ -135,6 +192,12 @@ TEST(ModelRegistryTest, ComponentBuilderErrorsNameTheKey) {
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("num_heads"));  // required
   m = testing::BuildModelYaml(llama3 + "num_layers: 0\n");
   EXPECT_FALSE(m.ok());
+  m = testing::BuildModelYaml(
+      "_component_: torchtune.models.mistral.mistral\nvocab_size: 32000\nnum_layers: 2\n"
+      "num_heads: 32\nnum_kv_heads: 6\nembed_dim: 4096\nintermediate_dim: 14336\n"
+      "max_seq_len: 1024\n");
+  EXPECT_THAT(std::string(m.status().message()),
+              HasSubstr("num_heads (32) must be divisible by num_kv_heads (6)"));
   const std::string qwen2 =
       "_component_: torchtune.models.qwen2.qwen2\nvocab_size: 64\nnum_layers: 1\n"
       "num_heads: 4\nnum_kv_heads: 2\nembed_dim: 16\nintermediate_dim: 24\nmax_seq_len: 32\n";
@@ -222,6 +285,50 @@ TEST(ModelRegistryTest, Errors) {
   m = Build("model:\n  _component_: cctune.models.llama9.llama9_1b\n");
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(std::string(m.status().message()), HasSubstr("llama9_1b"));
+}
+
+// Family files are checked key by key; each error names the file and line.
+TEST(ModelFamilyTest, FamilyFilesAreChecked) {
+  const std::string head =
+      "family: f\ncomponent: f\ndoc: F\nrequired: [vocab_size, num_layers, num_heads, "
+      "num_kv_heads, embed_dim, max_seq_len]\n";
+  const std::string call =
+      "    call: {vocab_size: 8, num_layers: 1, num_heads: 2, num_kv_heads: 1, embed_dim: 8, "
+      "max_seq_len: 16}\n";
+  ModelFamily f = ValueOrDie(ParseModelFamily(
+      head +
+          "defaults: {norm_eps: 1.0e-6}\nfixed: {rope_pairing: half_split}\nmodels:\n  f_1:\n"
+          "    doc: one\n    args: [norm_eps]\n" +
+          call,
+      "f.yaml"));
+  EXPECT_EQ(f.optional_args, std::vector<std::string>{"norm_eps"});
+  EXPECT_EQ(f.defaults.rope_pairing, ops::RopePairing::kHalfSplit);
+  ASSERT_EQ(f.models.size(), 1u);
+  EXPECT_EQ(f.models[0].config.norm_eps, 1e-6f);
+  EXPECT_EQ(f.models[0].config.intermediate_dim, ScaleHiddenDimForMlp(8));
+  EXPECT_EQ(f.models[0].config.rope_pairing, ops::RopePairing::kHalfSplit);
+  struct Case {
+    std::string yaml;
+    std::string message;
+  };
+  const Case cases[] = {
+      {head + "defaults: {norm_epsilon: 1.0}\nmodels: {}\n",
+       "f.yaml:5: key 'defaults.norm_epsilon': 'norm_epsilon' is not an argument here"},
+      {head + "defaults: {norm_eps: -1.0}\nmodels: {}\n", "'norm_eps': must be > 0"},
+      {head + "defaults: {num_layers: x}\nmodels: {}\n", "'num_layers': expected int"},
+      {"family: f\ndoc: F\nrequired: [vocab]\nmodels: {}\n", "f.yaml:3"},
+      {head + "models:\n  f_1:\n    doc: one\n    call: {vocab_size: 8}\n",
+       "model builder 'f_1' must give 'num_layers'"},
+      {head + "models:\n  f_1:\n    doc: one\n    args: [rope_base]\n" + call,
+       "'rope_base' is not an argument of f"},
+      {head + "models:\n  f_1:\n    dok: one\n" + call, "dok"},
+      {head, "models"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseModelFamily(c.yaml, "f.yaml");
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message)) << c.yaml;
+  }
 }
 
 }  // namespace

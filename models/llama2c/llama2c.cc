@@ -41,14 +41,8 @@ absl::StatusOr<DecoderConfig> Llama2cDecoderConfig(const Llama2cConfig& h) {
                                                    ") must be divisible by n_kv_heads (",
                                                    h.n_kv_heads, ")"));
   }
-  DecoderConfig c;
-  c.vocab_size = std::llabs(h.vocab_size);
-  c.num_layers = h.n_layers;
-  c.num_heads = h.n_heads;
-  c.num_kv_heads = h.n_kv_heads;
-  c.embed_dim = h.dim;
-  c.intermediate_dim = h.hidden_dim;
-  c.max_seq_len = h.seq_len;
+  DecoderConfig c = WithSizes(DecoderConfig(), {std::llabs(h.vocab_size), h.n_layers, h.n_heads,
+                                                h.n_kv_heads, h.dim, h.hidden_dim, h.seq_len});
   c.norm_eps = 1e-5f;
   c.rope_base = 10000.0;
   c.rope_pairing = ops::RopePairing::kInterleaved;
