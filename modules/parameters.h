@@ -2,7 +2,7 @@
 // device, handed out as named views (llm.c style). A checkpoint maps onto it by name, and a
 // fused optimizer step or a single all-reduce can later cover each buffer in one pass.
 //
-//   auto model = Llama3_2_1B();                                   // declares, allocates nothing
+//   auto model = BuildModel("torchtune.models.llama3_2.llama3_2_1b");  // declares, allocates nothing
 //   CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
 //                           ParameterArena::Create(*model, DType::kBF16, Device::Cpu()));
 //   CCTUNE_RETURN_IF_ERROR(arena.LoadStateDict(state_dict).status());

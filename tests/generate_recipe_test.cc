@@ -251,6 +251,33 @@ TEST(GenerateRecipeDemoTest, ReadmeMainCommandWritesTheSum) {
   }
 }
 
+// The same demo checkpoint through torchtune's component builders (every size a key) and
+// through its own config.json: the same model, the same sum.
+TEST(GenerateRecipeDemoTest, ComponentBuildersAndConfigJsonBuildTheDemoModel) {
+  const std::string marker = "tests/assets/demo/config.json";
+  const std::string config_json = RunfilePath(marker);
+  const std::string root = config_json.substr(0, config_json.size() - marker.size());
+  const std::string sizes =
+      "vocab_size: 264, num_layers: 4, num_heads: 8, num_kv_heads: 2, embed_dim: 128, "
+      "max_seq_len: 64, intermediate_dim: 384";
+  // Overrides merge into the demo's model node: the config.json case deletes its sizes.
+  const std::vector<std::vector<std::string>> models = {
+      {"model={_component_: torchtune.models.llama3.llama3, rope_base: 10000.0, " + sizes + "}"},
+      {"model={_component_: torchtune.models.llama2.llama2, " + sizes + "}"},
+      {"model._component_=cctune.models.from_config_json", "~model.vocab_size",
+       "~model.num_layers", "~model.num_heads", "~model.num_kv_heads", "~model.embed_dim",
+       "~model.intermediate_dim", "~model.max_seq_len"},
+  };
+  for (const std::vector<std::string>& overrides : models) {
+    std::vector<std::string> argv = {RunfilePath("recipes/generate"), "--config",
+                                     "demo/generation"};
+    argv.insert(argv.end(), overrides.begin(), overrides.end());
+    ProcessResult r = RunProcess(argv, root);
+    ASSERT_EQ(r.exit_code, 0) << overrides[0] << "\n" << r.err;
+    EXPECT_EQ(r.out, "12+35=47\n") << overrides[0];
+  }
+}
+
 // Hostile values: every one is an error on stderr with exit code 1 naming the key, never a
 // crash, a hang or text from a model that does not match its checkpoint.
 TEST(GenerateRecipeDemoTest, HostileValuesAreErrorsNamingTheKey) {
