@@ -269,6 +269,24 @@ TEST_F(LoRAFinetuneRecipeTest, OnlyAdaptersChangeAndMergedWeightsAreBasePlusScal
   EXPECT_EQ(adapted, 8);  // 4 layers x (q, v)
 }
 
+// Fine-tuning an HF checkpoint with no builder written: cctune.models.lora_from_config_json
+// reads the demo's config.json and trains the very adapters lora_tiny_llama with the demo's
+// sizes trains (same seed, same bits).
+TEST_F(LoRAFinetuneRecipeTest, LoRAFromConfigJsonTrainsTheSameAdapters) {
+  ProcessResult sized = Run("demo_sized", DemoConfigYaml(Out("demo_sized")), {});
+  ASSERT_EQ(sized.exit_code, 0) << sized.err;
+  ProcessResult json = Run("demo_json", DemoConfigYaml(Out("demo_json")),
+                           {"model._component_=cctune.models.lora_from_config_json",
+                            "~model.vocab_size", "~model.num_layers", "~model.num_heads",
+                            "~model.num_kv_heads", "~model.embed_dim", "~model.intermediate_dim",
+                            "~model.max_seq_len"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const std::string adapter = "/step_3/adapter_model.safetensors";
+  const std::string bytes = ReadFile(Out("demo_json") + adapter);
+  ASSERT_FALSE(bytes.empty()) << Out("demo_json") + adapter;
+  EXPECT_EQ(bytes, ReadFile(Out("demo_sized") + adapter));
+}
+
 TEST_F(LoRAFinetuneRecipeTest, BadConfigsFailClearly) {
   ProcessResult r = RunTiny("dropout", {"model.lora_dropout=1.5"});
   EXPECT_EQ(r.exit_code, 1);
