@@ -184,6 +184,7 @@ class HfCheckpointer final : public Checkpointer {
     out.state_dict = std::move(ck.state_dict);
     out.files = std::move(ck.files);
     out.model_args.Set("checkpoint_dir", ConfigNode::String(dir_));
+    out.model_args.Set("checkpoint_model_type", ConfigNode::String(model_type_));
     const HfModelConfig& c = ck.config;
     out.sizes.source = (fs::path(dir_) / "config.json").string();
     out.sizes.vocab_size = c.vocab_size;

@@ -36,7 +36,7 @@ struct CheckpointModelSizes {
 struct LoadedCheckpoint {
   StateDict state_dict;  // torchtune names; may be zero-copy views on mapped files
   // Builder keys implied by the checkpoint, typed (a map: a llama2.c header's seven ints; an
-  // HF checkpoint's checkpoint_dir for cctune.models.from_config_json); the model component
+  // HF checkpoint's checkpoint_dir and model_type for cctune.models.from_config_json); the model component
   // uses them for keys its config node leaves out.
   ConfigNode model_args = ConfigNode::Map();
   std::vector<std::string> files;  // what was read

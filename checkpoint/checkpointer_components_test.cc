@@ -37,7 +37,8 @@ TEST(HfCheckpointerTest, LoadsIntoAMatchingModel) {
   ASSERT_TRUE(ck.ok()) << ck.status();
   EXPECT_EQ(ck->state_dict.count("layers.1.attn.q_proj.weight"), 1u);
   // Only where config.json lies, for cctune.models.from_config_json.
-  EXPECT_EQ(ck->model_args.Keys(), std::vector<std::string>{"checkpoint_dir"});
+  EXPECT_EQ(ck->model_args.Keys(),
+            (std::vector<std::string>{"checkpoint_dir", "checkpoint_model_type"}));
   // config.json: vocab 32, 2 layers, 4/2 heads, hidden 16, intermediate 24, 64 positions.
   auto model = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
   EXPECT_TRUE(LoadWeights(*model, ck->state_dict, DType::kF32, Device::Cpu()).ok());

@@ -200,7 +200,23 @@ absl::Status RegisterHfConfigModels() {
       if (const ConfigNode* s = node.Child("max_seq_len"); s != nullptr && !s->IsNull()) {
         max_seq_len = s->int_value();
       }
-      return ReadHfDecoderConfig(path->string_value(), max_seq_len);
+      CCTUNE_ASSIGN_OR_RETURN(DecoderConfig c,
+                              ReadHfDecoderConfig(path->string_value(), max_seq_len));
+      // The HF checkpointer permutes q/k to interleaved pairs unless its model_type is QWEN2;
+      // the pairs this config implies must be the ones the weights arrive in.
+      const ConfigNode* type = BuilderArg(ConfigNode(), from_checkpoint, "checkpoint_model_type");
+      if (type != nullptr && type->kind() == ConfigNode::Kind::kString) {
+        const bool qwen2_weights = type->string_value() == "QWEN2";
+        if (qwen2_weights != (c.rope_pairing == ops::RopePairing::kHalfSplit)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path->string_value(), " describes a ", qwen2_weights ? "llama/mistral" : "qwen2",
+              " model but the checkpointer's model_type is ", type->string_value(),
+              ", which loads q/k for ", qwen2_weights ? "qwen2" : "llama-style",
+              " RoPE pairs: set checkpointer.model_type to ",
+              qwen2_weights ? "LLAMA3 (or LLAMA2, MISTRAL)" : "QWEN2"));
+        }
+      }
+      return c;
     };
     CCTUNE_RETURN_IF_ERROR(RegisterModelBuilder("cctune.models.from_config_json", schema, make));
     return RegisterLoRAModelBuilder("cctune.models.lora_from_config_json", schema, make);

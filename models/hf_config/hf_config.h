@@ -15,7 +15,8 @@
 //
 // RoPE pairs: qwen2 rotates half-split pairs (Hugging Face's layout, as torchtune's qwen2);
 // llama and mistral interleaved ones, which the HF checkpointer's q/k permutation produces
-// (model_type LLAMA*/MISTRAL there; QWEN2 for qwen2).
+// (model_type LLAMA*/MISTRAL there; QWEN2 for qwen2, which the component checks when the
+// checkpointer passes its model_type).
 #ifndef CCTUNE_MODELS_HF_CONFIG_HF_CONFIG_H_
 #define CCTUNE_MODELS_HF_CONFIG_HF_CONFIG_H_
 

@@ -73,6 +73,16 @@ TEST(HfConfigTest, TinyCheckpointLoadsIntoItsConfigsModel) {
                        {"lora_rank", ConfigNode::Int(2)}})));
   EXPECT_EQ(lora->max_seq_len(), 32);
   EXPECT_EQ(NumLoRAParameters(*lora), 2 * 2 * (16 + 16));
+  // The checkpointer's q/k layout must fit the config's RoPE pairs.
+  auto qwen_loaded = BuildModel("cctune.models.from_config_json", ConfigNode(),
+                                Args({{"checkpoint_dir", ConfigNode::String(dir)},
+                                      {"checkpoint_model_type", ConfigNode::String("QWEN2")}}));
+  EXPECT_THAT(std::string(qwen_loaded.status().message()),
+              HasSubstr("set checkpointer.model_type to LLAMA3"));
+  EXPECT_TRUE(BuildModel("cctune.models.from_config_json", ConfigNode(),
+                         Args({{"checkpoint_dir", ConfigNode::String(dir)},
+                               {"checkpoint_model_type", ConfigNode::String("LLAMA3")}}))
+                  .ok());
   auto none = BuildModel("cctune.models.from_config_json");
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("checkpoint_dir"));
 }
