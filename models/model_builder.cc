@@ -1,6 +1,7 @@
 #include "models/model_builder.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <utility>
@@ -31,9 +32,19 @@ struct DecoderArg {
   KeyType type;
   const char* doc;
   // The default a builder with base config `c` shows.
-  ConfigNode (*default_of)(const DecoderConfig& c);
-  absl::Status (*apply)(const ConfigNode& v, Pending& p);
+  std::function<ConfigNode(const DecoderConfig& c)> default_of;
+  std::function<absl::Status(const ConfigNode& v, Pending& p)> apply;
 };
+
+// A size: an int field of DecoderConfig in [1, max].
+DecoderArg SizeArg(const char* key, int64_t max, const char* doc, int64_t DecoderConfig::*field) {
+  return {key, KeyType::Int().InRange(1, static_cast<double>(max)), doc,
+          [field](const DecoderConfig& c) { return ConfigNode::Int(c.*field); },
+          [field](const ConfigNode& v, Pending& p) {
+            p.c.*field = v.int_value();
+            return absl::OkStatus();
+          }};
+}
 
 absl::Status Unsupported(const ConfigNode& v, absl::string_view key, absl::string_view what) {
   return absl::UnimplementedError(
@@ -51,44 +62,15 @@ ConfigNode DefaultBias(const DecoderConfig& c) { return ConfigNode::Bool(c.qkv_b
 
 const std::vector<DecoderArg>& DecoderArgs() {
   static const auto* const args = new std::vector<DecoderArg>{
-      {"vocab_size", KeyType::Int().InRange(1, kMaxDecoderVocabSize), "number of tokens",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.vocab_size); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.vocab_size = v.int_value();
-         return absl::OkStatus();
-       }},
-      {"num_layers", KeyType::Int().InRange(1, kMaxDecoderLayers), "transformer layers",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.num_layers); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.num_layers = v.int_value();
-         return absl::OkStatus();
-       }},
-      {"num_heads", KeyType::Int().InRange(1, kMaxDecoderHeads), "query heads",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.num_heads); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.num_heads = v.int_value();
-         return absl::OkStatus();
-       }},
-      {"num_kv_heads", KeyType::Int().InRange(1, kMaxDecoderHeads),
-       "key/value heads (GQA; = num_heads for MHA, 1 for MQA)",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.num_kv_heads); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.num_kv_heads = v.int_value();
-         return absl::OkStatus();
-       }},
-      {"embed_dim", KeyType::Int().InRange(1, kMaxDecoderWidth), "model width",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.embed_dim); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.embed_dim = v.int_value();
-         return absl::OkStatus();
-       }},
-      {"max_seq_len", KeyType::Int().InRange(1, kMaxDecoderSeqLen),
-       "context length (RoPE table, KV cache)",
-       [](const DecoderConfig& c) { return ConfigNode::Int(c.max_seq_len); },
-       [](const ConfigNode& v, Pending& p) {
-         p.c.max_seq_len = v.int_value();
-         return absl::OkStatus();
-       }},
+      SizeArg("vocab_size", kMaxDecoderVocabSize, "number of tokens", &DecoderConfig::vocab_size),
+      SizeArg("num_layers", kMaxDecoderLayers, "transformer layers", &DecoderConfig::num_layers),
+      SizeArg("num_heads", kMaxDecoderHeads, "query heads", &DecoderConfig::num_heads),
+      SizeArg("num_kv_heads", kMaxDecoderHeads,
+              "key/value heads (GQA; = num_heads for MHA, 1 for MQA)",
+              &DecoderConfig::num_kv_heads),
+      SizeArg("embed_dim", kMaxDecoderWidth, "model width", &DecoderConfig::embed_dim),
+      SizeArg("max_seq_len", kMaxDecoderSeqLen, "context length (RoPE table, KV cache)",
+              &DecoderConfig::max_seq_len),
       {"intermediate_dim", KeyType::Int().InRange(1, kMaxDecoderWidth).OrNull(),
        "SwiGLU hidden size (null: torchtune's scale_hidden_dim_for_mlp(embed_dim))",
        [](const DecoderConfig& c) {
