@@ -1,16 +1,15 @@
 #include "recipes/finetune_utils.h"
 
-#include <filesystem>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "data/dataset_components.h"
 
 namespace cctune {
 
-namespace fs = std::filesystem;
 
 // config.json fields of `model`; tied when the arena has no output.weight.
 HfModelConfig ModelHfConfig(const TransformerDecoder& model, const ParameterArena& arena,
@@ -38,20 +37,14 @@ HfModelConfig ModelHfConfig(const TransformerDecoder& model, const ParameterAren
 std::vector<ConfigError> MissingDatasetFiles(const ConfigNode& root, const char* key) {
   std::vector<ConfigError> errors;
   const ConfigNode* ds = root.Find(key);
-  if (ds == nullptr || !ds->IsMap()) return errors;
-  std::string path;
-  if (const ConfigNode* f = ds->Find("data_files");
-      f != nullptr && f->kind() == ConfigNode::Kind::kString) {
-    path = f->string_value();
-  } else if (const ConfigNode* s = ds->Find("source");
-             s != nullptr && s->kind() == ConfigNode::Kind::kString && s->string_value() != "json") {
-    path = s->string_value();
-  }
-  if (!path.empty() && !fs::exists(path)) {
+  if (ds == nullptr || !ds->IsMap() || ds->Find("_component_") == nullptr) return errors;
+  // Resolved as the builder will (hub cache, folder, file, 'json' + data_files), so that a
+  // missing dataset is reported with every other config error, before anything is built.
+  if (absl::Status s = ResolveDatasetFiles(*ds).status(); !s.ok()) {
     ConfigError e;
     e.location = ds->location();
     e.key = key;
-    e.message = absl::StrCat("dataset file '", path, "' does not exist");
+    e.message = std::string(s.message());
     errors.push_back(std::move(e));
   }
   return errors;
