@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <filesystem>
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -40,7 +42,9 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
                "held-out dataset for the validation loss (null: none)")
       .Default("eval_every_n_steps", KeyType::Int().InRange(0, kMaxStepsKey), ConfigNode::Int(0),
                "validation loss every N steps (0: only at epoch ends when configured)")
-      .Default("seed", KeyType::Int(), ConfigNode::Int(0), "init, shuffling and RNG seed")
+      .Default("seed", KeyType::Int().OrNull(), ConfigNode::Int(0),
+               "init, shuffling and RNG seed (null: a random one, logged and saved in the "
+               "recipe state; a resume reuses the saved seed)")
       .Default("shuffle", KeyType::Bool(), ConfigNode::Bool(true), "shuffle every epoch")
       .Default("batch_size", KeyType::Int().InRange(1, kMaxBatchSizeKey), ConfigNode::Int(2),
                "samples per micro-batch")
@@ -94,6 +98,21 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Check("stop_after_steps", AtLeastOne);
 }
 
+absl::StatusOr<int64_t> ChooseSeed(const std::string& output_dir, bool resume) {
+  if (resume) {
+    CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(output_dir));
+    CCTUNE_ASSIGN_OR_RETURN(RecipeState state,
+                            LoadRecipeState(absl::StrCat(dir, "/", kRecipeStateFile)));
+    if (state.proto.seed() > static_cast<uint64_t>(INT64_MAX)) {
+      return absl::InvalidArgumentError(absl::StrCat("resume: ", dir, " holds seed ",
+                                                     state.proto.seed(), ", out of range"));
+    }
+    return static_cast<int64_t>(state.proto.seed());
+  }
+  // 31 bits: a seed anyone can pass back as `seed=N` on any platform.
+  return static_cast<int64_t>(std::random_device{}() & 0x7fffffffu);
+}
+
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   FinetuneSettings s;
   CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
@@ -101,7 +120,7 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(s.output_dir, root.GetString("output_dir"));
   CCTUNE_ASSIGN_OR_RETURN(s.dtype_name, root.GetString("dtype"));
   CCTUNE_ASSIGN_OR_RETURN(s.dtype, RecipeDType(s.dtype_name));
-  CCTUNE_ASSIGN_OR_RETURN(s.seed, root.GetInt("seed"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> seed, root.GetOptionalInt("seed"));
   CCTUNE_ASSIGN_OR_RETURN(s.shuffle, root.GetBool("shuffle"));
   CCTUNE_ASSIGN_OR_RETURN(s.batch_size, root.GetInt("batch_size"));
   CCTUNE_ASSIGN_OR_RETURN(s.epochs, root.GetInt("epochs"));
@@ -116,6 +135,12 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(s.eval_every, root.GetInt("eval_every_n_steps"));
   CCTUNE_ASSIGN_OR_RETURN(s.resume, root.GetBool("resume_from_checkpoint"));
   CCTUNE_ASSIGN_OR_RETURN(s.stop_after, root.GetOptionalInt("stop_after_steps"));
+  if (seed.has_value()) {
+    s.seed = *seed;
+  } else {
+    CCTUNE_ASSIGN_OR_RETURN(s.seed, ChooseSeed(s.output_dir, s.resume));
+    std::fprintf(stderr, "Using seed %lld\n", static_cast<long long>(s.seed));
+  }
   CCTUNE_ASSIGN_OR_RETURN(bool opt_in_bwd, root.GetBool("optimizer_in_bwd"));
   if (opt_in_bwd) return absl::UnimplementedError("optimizer_in_bwd: true is not supported");
   return s;

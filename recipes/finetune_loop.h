@@ -62,8 +62,13 @@ struct FinetuneSettings {
   bool resume = false;
   std::optional<int64_t> stop_after;
 };
+// `seed: null` takes ChooseSeed's (logged as "Using seed N").
 // Unimplemented for optimizer_in_bwd: true; the device's error when it is not usable.
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root);
+
+// The seed of a run configured with `seed: null`: on a resume the one LATEST's recipe state
+// saved (so the resumed run is the uninterrupted one), otherwise a random one.
+absl::StatusOr<int64_t> ChooseSeed(const std::string& output_dir, bool resume);
 
 // A run's data: the training loader, the validation loader when `validation_dataset` is set,
 // the optimizer steps per epoch (capped by max_steps_per_epoch), and the `lr_scheduler` over

@@ -20,6 +20,7 @@
 #include "recipes/lora_finetune_single_device.h"
 #include "tests/llama2c_fixture.h"
 #include "tests/recipe_test_util.h"
+#include "training/recipe_state.h"
 #include "training/train_step.h"
 
 namespace cctune {
@@ -166,6 +167,24 @@ TEST_F(FinetuneRecipeTest, ResumeHandsLatestToTheStrategy) {
   EXPECT_THAT(r_.restored, ElementsAre(Out("resume") + "/step_1"));
   EXPECT_EQ(r_.gradient_calls, 1);  // step 2 only
   EXPECT_THAT(r_.saved, ElementsAre(Out("resume") + "/step_2"));
+}
+
+// seed: null picks a seed, saves it in the recipe state, and a resume with seed: null takes
+// the saved one: the stopped and resumed run is the uninterrupted run with that seed.
+TEST_F(FinetuneRecipeTest, NullSeedIsChosenSavedAndReusedOnResume) {
+  ASSERT_TRUE(Run("null_seed", {"seed=null", "stop_after_steps=1"}).ok());
+  absl::StatusOr<RecipeState> state =
+      LoadRecipeState(Out("null_seed") + "/step_1/" + kRecipeStateFile);
+  ASSERT_TRUE(state.ok()) << state.status();
+  const uint64_t seed = state->proto.seed();
+  const absl::Status resumed = Run("null_seed", {"seed=null", "resume_from_checkpoint=true"});
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  const absl::Status ref = Run("null_seed_ref", {absl::StrCat("seed=", seed)});
+  ASSERT_TRUE(ref.ok()) << ref;
+  const std::vector<testing::LogLine> got =
+      testing::ReadLog(Out("null_seed") + "/logs/metrics.jsonl");
+  ASSERT_EQ(got.size(), 2u);
+  testing::ExpectSameLog(got, testing::ReadLog(Out("null_seed_ref") + "/logs/metrics.jsonl"));
 }
 
 TEST_F(FinetuneRecipeTest, AHookErrorEndsTheRunWithTheLastGoodCheckpoint) {
