@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/device_interface.h"
+#include "core/log.h"
 #include "core/status.h"
 
 namespace cctune {
@@ -11,6 +12,11 @@ absl::Status AtLeastOne(const ConfigNode& node) {
     return absl::InvalidArgumentError(absl::StrCat("must be >= 1, got ", node.int_value()));
   }
   return absl::OkStatus();
+}
+
+absl::Status LogLevelKey(const ConfigNode& node) {
+  if (node.kind() != ConfigNode::Kind::kString) return absl::OkStatus();
+  return ParseLogLevel(node.string_value()).status();
 }
 
 absl::Status TrainingDeviceName(const ConfigNode& node) {

@@ -15,6 +15,8 @@ namespace cctune {
 
 // Schema check: an int value must be >= 1 (other kinds pass; the schema checks types).
 absl::Status AtLeastOne(const ConfigNode& node);
+// Schema check for `log_level`: DEBUG, INFO, WARNING or ERROR in any case (core/log.h).
+absl::Status LogLevelKey(const ConfigNode& node);
 // Schema check for the training recipes' `device`: "cpu", "cuda" or "cuda:N" (the syntax
 // only, so a config for a GPU machine validates anywhere).
 absl::Status TrainingDeviceName(const ConfigNode& node);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/atomic_file.h"
 #include "core/device_interface.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "data/dataset_components.h"
 #include "recipes/config_checks.h"
@@ -45,6 +46,10 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Default("seed", KeyType::Int().OrNull(), ConfigNode::Int(0),
                "init, shuffling and RNG seed (null: a random one, logged and saved in the "
                "recipe state; a resume reuses the saved seed)")
+      .Default("log_level", KeyType::String(), ConfigNode::String("INFO"),
+               "the recipe's messages on stderr: DEBUG (adds per-step timings), INFO, WARNING "
+               "(hides the progress bar and the INFO lines) or ERROR; any case")
+      .Check("log_level", LogLevelKey)
       .Default("shuffle", KeyType::Bool(), ConfigNode::Bool(true), "shuffle every epoch")
       .Default("batch_size", KeyType::Int().InRange(1, kMaxBatchSizeKey), ConfigNode::Int(2),
                "samples per micro-batch")
@@ -115,6 +120,9 @@ absl::StatusOr<int64_t> ChooseSeed(const std::string& output_dir, bool resume) {
 
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   FinetuneSettings s;
+  CCTUNE_ASSIGN_OR_RETURN(std::string log_level, root.GetString("log_level"));
+  CCTUNE_ASSIGN_OR_RETURN(s.log_level, ParseLogLevel(log_level));
+  SetLogLevel(s.log_level);
   CCTUNE_ASSIGN_OR_RETURN(std::string device_name, root.GetString("device"));
   CCTUNE_ASSIGN_OR_RETURN(s.device, TrainingDevice(device_name));
   CCTUNE_ASSIGN_OR_RETURN(s.output_dir, root.GetString("output_dir"));
@@ -139,7 +147,7 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
     s.seed = *seed;
   } else {
     CCTUNE_ASSIGN_OR_RETURN(s.seed, ChooseSeed(s.output_dir, s.resume));
-    std::fprintf(stderr, "Using seed %lld\n", static_cast<long long>(s.seed));
+    LogInfo("Using seed %lld", static_cast<long long>(s.seed));
   }
   CCTUNE_ASSIGN_OR_RETURN(bool opt_in_bwd, root.GetBool("optimizer_in_bwd"));
   if (opt_in_bwd) return absl::UnimplementedError("optimizer_in_bwd: true is not supported");
@@ -222,7 +230,7 @@ absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t s
   progress.step = state.proto.step();
   progress.tokens_seen = state.proto.tokens_seen();
   progress.last_checkpoint = dir;
-  std::fprintf(stderr, "Resumed from %s at step %lld\n", dir.c_str(),
+  LogInfo("Resumed from %s at step %lld", dir.c_str(),
                static_cast<long long>(progress.step));
   return progress;
 }
@@ -253,7 +261,7 @@ absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& 
       fs::remove_all(entry.path(), ec);
     }
   }
-  std::fprintf(stderr, "Saved checkpoint %s\n", dir.c_str());
+  LogInfo("Saved checkpoint %s", dir.c_str());
   return absl::OkStatus();
 }
 
@@ -272,7 +280,7 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
   CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
                           RemoveCheckpointLeftovers(loop.output_dir));
   for (const std::string& path : removed) {
-    std::fprintf(stderr, "Removed %s (left by a save that did not finish)\n", path.c_str());
+    LogWarning("Removed %s (left by a save that did not finish)", path.c_str());
   }
   const InterruptHandler interrupt;
   int64_t saved_step = step;  // the step of the newest checkpoint (or of the resumed one)
@@ -295,8 +303,10 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     return absl::OkStatus();
   };
   ResetPeakMemory(loop.device);
-  // On a terminal only (stderr redirected to a file stays clean).
-  ProgressBar bar("train", loop.steps_per_epoch * loop.epochs);
+  // On a terminal only (stderr redirected to a file stays clean), and at log_level INFO or
+  // below.
+  ProgressBar bar("train", loop.steps_per_epoch * loop.epochs,
+                  LogEnabled(LogLevel::kInfo) ? stderr : nullptr);
   bar.Update(step);
   bar.ResetClock();
   // The loader's position (epoch, batch) is the truth; a finished epoch (by max_steps) moves on.
@@ -337,6 +347,9 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     bar.Update(step, absl::StrFormat("loss=%.4f", r->loss));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    LogDebug("step %lld: %lld tokens, loss %.6f, grad_norm %.6f, lr %.6g, %.6f s",
+             static_cast<long long>(step), static_cast<long long>(step_tokens), r->loss,
+             r->grad_norm, lr, seconds);
     const bool epoch_end = loader.position().batch_index / accum >= loop.steps_per_epoch ||
                            loader.batches_per_epoch() - loader.position().batch_index < accum;
     if (step % loop.log_every == 0) {
@@ -373,7 +386,7 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
                             " (LATEST); rerun with resume_from_checkpoint=true to continue"));
     }
     if (stop) {
-      std::fprintf(stderr, "Stopping after %lld steps (stop_after_steps)\n",
+      LogInfo("Stopping after %lld steps (stop_after_steps)",
                    static_cast<long long>(step));
       break;
     }

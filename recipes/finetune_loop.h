@@ -19,6 +19,7 @@
 #include "config/schema.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/log.h"
 #include "core/random.h"
 #include "data/data_loader.h"
 #include "data/dataset.h"
@@ -44,6 +45,7 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
 // that has the schema's defaults applied.
 struct FinetuneSettings {
   Device device;  // checked usable (TrainingDevice)
+  LogLevel log_level = LogLevel::kInfo;  // set process-wide by ReadFinetuneSettings
   std::string output_dir;
   std::string dtype_name;  // as configured: fp32 / bf16
   DType dtype = DType::kF32;
@@ -62,6 +64,7 @@ struct FinetuneSettings {
   bool resume = false;
   std::optional<int64_t> stop_after;
 };
+// Sets the process's log level (core/log.h) from `log_level` first.
 // `seed: null` takes ChooseSeed's (logged as "Using seed N").
 // Unimplemented for optimizer_in_bwd: true; the device's error when it is not usable.
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root);

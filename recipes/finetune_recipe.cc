@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/validate.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "data/dataset_components.h"
 #include "recipes/checkpoint_dir.h"
@@ -143,9 +144,7 @@ class FinetuneRun {
 
   absl::Status TrainingStep() {
     CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<MetricLogger> logger, MakeMetricLogger(root_));
-    std::fprintf(stderr,
-                 "Model has %lld parameters (%s)%s; %lld samples, %lld steps per epoch, %lld "
-                 "epochs\n",
+    LogInfo("Model has %lld parameters (%s)%s; %lld samples, %lld steps per epoch, %lld epochs",
                  static_cast<long long>(params_.NumParameters()), s_.dtype_name.c_str(),
                  strategy_.DescribeTrainable(*model_).c_str(),
                  static_cast<long long>(data_->dataset->size()),

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "config/config.h"
+#include "core/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "recipes/checkpoint_dir.h"
@@ -185,6 +186,37 @@ TEST_F(FinetuneRecipeTest, NullSeedIsChosenSavedAndReusedOnResume) {
       testing::ReadLog(Out("null_seed") + "/logs/metrics.jsonl");
   ASSERT_EQ(got.size(), 2u);
   testing::ExpectSameLog(got, testing::ReadLog(Out("null_seed_ref") + "/logs/metrics.jsonl"));
+}
+
+// log_level: WARNING hides the INFO lines, DEBUG adds a line per step, INFO is the default;
+// an unknown level is an error naming the key and the allowed values.
+TEST_F(FinetuneRecipeTest, LogLevelFiltersTheRecipesMessages) {
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(Run("log_info", {}).ok());
+  const std::string info = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(info, HasSubstr("Saved checkpoint"));
+  EXPECT_THAT(info, HasSubstr("Model has"));
+  EXPECT_THAT(info, ::testing::Not(HasSubstr("step 1:")));
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(Run("log_warning", {"log_level=warning"}).ok());
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(warning, ::testing::Not(HasSubstr("Saved checkpoint")));
+  EXPECT_THAT(warning, ::testing::Not(HasSubstr("Model has")));
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(Run("log_debug", {"log_level=DEBUG"}).ok());
+  const std::string debug = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(debug, HasSubstr("Saved checkpoint"));
+  EXPECT_THAT(debug, HasSubstr("step 1:"));
+  EXPECT_THAT(debug, HasSubstr("step 2:"));
+  SetLogLevel(LogLevel::kInfo);
+
+  absl::StatusOr<Config> config = MakeConfig("log_bad", {"log_level=verbose"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> problems;
+  for (const ConfigError& e : recipe_.validate(*config)) problems.push_back(e.ToString());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr("log_level"));
+  EXPECT_THAT(problems[0], HasSubstr("DEBUG, INFO, WARNING, ERROR"));
 }
 
 TEST_F(FinetuneRecipeTest, AHookErrorEndsTheRunWithTheLastGoodCheckpoint) {
