@@ -112,6 +112,9 @@ Schema CommonSchema(std::string doc) {
                 "unsupported; must be null (the recipe's resume_from_checkpoint reads LATEST)")
       .Default("resume_from_checkpoint", KeyType::Bool(), ConfigNode::Bool(false),
                "unsupported; must be false (use the recipe's resume_from_checkpoint)")
+      .Optional("keep_last_n_checkpoints", KeyType::Int().InRange(1, int64_t{1} << 40).OrNull(),
+                "the recipe keeps the newest N step_* checkpoints (LATEST's always) and "
+                "removes older ones after each save; null: keep all (torchtune's default)")
       .Default("safe_serialization", KeyType::Bool(), ConfigNode::Bool(true),
                "must be true: checkpoints are always safetensors")
       .Optional("should_load_recipe_state", KeyType::Bool(),

@@ -1,5 +1,6 @@
 #include "recipes/finetune_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/atomic_file.h"
@@ -143,6 +145,9 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(s.eval_every, root.GetInt("eval_every_n_steps"));
   CCTUNE_ASSIGN_OR_RETURN(s.resume, root.GetBool("resume_from_checkpoint"));
   CCTUNE_ASSIGN_OR_RETURN(s.stop_after, root.GetOptionalInt("stop_after_steps"));
+  if (const ConfigNode* ck = root.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
+    CCTUNE_ASSIGN_OR_RETURN(s.keep_last_n, ck->GetOptionalInt("keep_last_n_checkpoints"));
+  }
   if (seed.has_value()) {
     s.seed = *seed;
   } else {
@@ -247,21 +252,49 @@ RecipeState MakeRecipeState(const RunProgress& progress, int64_t epoch, int64_t 
   return state;
 }
 
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& output_dir,
+                                                          const std::string& latest,
+                                                          int64_t keep_last_n) {
+  std::vector<std::pair<int64_t, fs::path>> older;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const std::string other = entry.path().filename().string();
+    int64_t n = 0;
+    if (other == latest || !absl::StartsWith(other, "step_") || entry.is_symlink() ||
+        !absl::SimpleAtoi(other.substr(5), &n) || !IsCompleteCheckpoint(entry.path().string())) {
+      continue;
+    }
+    older.emplace_back(n, entry.path());
+  }
+  std::sort(older.begin(), older.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> removed;
+  const size_t keep_older = static_cast<size_t>(std::max<int64_t>(keep_last_n - 1, 0));
+  for (size_t i = keep_older; i < older.size(); ++i) {
+    fs::remove_all(older[i].second, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("keep_last_n_checkpoints: cannot remove ",
+                                              older[i].second.string(), ": ", ec.message()));
+    }
+    removed.push_back(older[i].second.string());
+  }
+  return removed;
+}
+
 absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
-                              const Optimizer& optimizer, RecipeState state) {
+                              const Optimizer& optimizer, RecipeState state,
+                              std::optional<int64_t> keep_last_n) {
   const std::string dir = absl::StrCat(output_dir, "/", name);
   SetOptimizerState(optimizer.ExportState(), &state);
   CCTUNE_RETURN_IF_ERROR(SaveRecipeState(absl::StrCat(dir, "/", kRecipeStateFile), state));
   CCTUNE_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(output_dir, "/", kLatestFile), name + "\n"));
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
-    const std::string other = entry.path().filename().string();
-    if (entry.is_directory() && absl::StartsWith(other, "step_") && other != name) {
-      fs::remove_all(entry.path(), ec);
-    }
-  }
   LogInfo("Saved checkpoint %s", dir.c_str());
+  if (keep_last_n.has_value()) {
+    CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
+                            PruneCheckpoints(output_dir, name, *keep_last_n));
+    for (const std::string& path : removed) LogDebug("Removed old checkpoint %s", path.c_str());
+  }
   return absl::OkStatus();
 }
 

@@ -63,6 +63,7 @@ struct FinetuneSettings {
   int64_t eval_every = 0;
   bool resume = false;
   std::optional<int64_t> stop_after;
+  std::optional<int64_t> keep_last_n;  // checkpointer.keep_last_n_checkpoints (null: keep all)
 };
 // Sets the process's log level (core/log.h) from `log_level` first.
 // `seed: null` takes ChooseSeed's (logged as "Using seed N").
@@ -107,9 +108,17 @@ RecipeState MakeRecipeState(const RunProgress& progress, int64_t epoch, int64_t 
 
 // Completes checkpoint <output_dir>/<name>/ once its weights are written: saves `state` with
 // the optimizer's state as kRecipeStateFile, then points LATEST at it (atomically, so LATEST
-// only ever names a complete checkpoint) and removes the older step_* directories.
+// only ever names a complete checkpoint) and, with `keep_last_n`, prunes (PruneCheckpoints).
 absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
-                              const Optimizer& optimizer, RecipeState state);
+                              const Optimizer& optimizer, RecipeState state,
+                              std::optional<int64_t> keep_last_n);
+
+// Removes the complete step_<N> folders of `output_dir` beyond the newest `keep_last_n`
+// (by N), never `latest` (the one LATEST names, which counts as one of them). Returns the
+// paths removed; the error names the folder that could not go.
+absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& output_dir,
+                                                          const std::string& latest,
+                                                          int64_t keep_last_n);
 
 // The `metric_logger` component of `root`, or a StdoutLogger when it is absent or null.
 absl::StatusOr<std::unique_ptr<MetricLogger>> MakeMetricLogger(const ConfigNode& root);

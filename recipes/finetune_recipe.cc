@@ -170,7 +170,8 @@ class FinetuneRun {
     const std::string name = CheckpointName(progress_.step);
     const std::string dir = absl::StrCat(s_.output_dir, "/", name);
     CCTUNE_RETURN_IF_ERROR(strategy_.SaveWeights(dir, params_, hf_config_));
-    CCTUNE_RETURN_IF_ERROR(FinishCheckpoint(s_.output_dir, name, *optimizer_, std::move(state)));
+    CCTUNE_RETURN_IF_ERROR(FinishCheckpoint(s_.output_dir, name, *optimizer_, std::move(state),
+                                            s_.keep_last_n));
     return dir;
   }
 
@@ -196,8 +197,9 @@ RecipeEntry MakeFinetuneRecipe(std::function<std::unique_ptr<FinetuneStrategy>()
   // What the schema and the checks need; each run gets a strategy of its own.
   auto prototype = std::shared_ptr<const FinetuneStrategy>(make_strategy());
   const FinetuneRecipeDocs d = prototype->docs();
-  auto schema = std::make_shared<const Schema>(
-      FinetuneRecipeSchema(d.name, d.doc, d.output_dir, d.model, d.checkpointer));
+  Schema full_schema = FinetuneRecipeSchema(d.name, d.doc, d.output_dir, d.model, d.checkpointer);
+  prototype->ExtendSchema(full_schema);
+  auto schema = std::make_shared<const Schema>(std::move(full_schema));
   RecipeEntry entry;
   entry.prog = d.name;
   entry.schema = [schema]() -> const Schema& { return *schema; };

@@ -46,6 +46,7 @@
 #include "checkpoint/hf.h"
 #include "config/config.h"
 #include "config/node.h"
+#include "config/schema.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/random.h"
@@ -77,6 +78,9 @@ class FinetuneStrategy {
   virtual ~FinetuneStrategy() = default;
 
   virtual FinetuneRecipeDocs docs() const = 0;
+  // Adds the recipe's own top-level keys to the shared schema (e.g. LoRA's
+  // save_adapter_weights_only).
+  virtual void ExtendSchema(Schema& schema) const {}
   // Registers the model components the recipe's configs may name (the skeleton registers the
   // tokenizers, checkpointers, datasets, metric loggers and training components).
   virtual absl::Status RegisterModels() const;
@@ -137,6 +141,7 @@ class StrategyDecorator : public FinetuneStrategy {
       : inner_(std::move(inner)) {}
 
   FinetuneRecipeDocs docs() const override { return inner_->docs(); }
+  void ExtendSchema(Schema& schema) const override { inner_->ExtendSchema(schema); }
   absl::Status RegisterModels() const override { return inner_->RegisterModels(); }
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
     inner_->Validate(root, errors);

@@ -257,18 +257,23 @@ class CountingLoRAStrategy final : public StrategyDecorator {
   int* builds_;
 };
 
+// The tiny LoRA run: 16 samples, batch 8: 2 steps.
+std::string TinyLoRAYaml(const std::string& out) {
+  return absl::StrCat(
+      "output_dir: ", out, "\n",
+      testing::TinyModelYaml("cctune.models.tiny.lora_tiny_llama",
+                             "  lora_attn_modules: [q_proj, v_proj]\n  lora_rank: 2\n"),
+      testing::ByteTokenizerYaml(32), testing::SyntheticDatasetYaml(16, 5),
+      "batch_size: 8\noptimizer:\n  _component_: torch.optim.AdamW\n  lr: 0.01\n");
+}
+
 TEST(DecoratedLoRATest, KeepsLoRAsTrainableSetAndCheckpoints) {
   int builds = 0;
   const RecipeEntry recipe =
       MakeFinetuneRecipe([&] { return std::make_unique<CountingLoRAStrategy>(&builds); });
   EXPECT_STREQ(recipe.prog, "lora_finetune_single_device");
   const std::string out = testing::TestTempDir("decorated_lora") + "/run";
-  absl::StatusOr<Config> config = Config::FromString(absl::StrCat(
-      "output_dir: ", out, "\n",
-      testing::TinyModelYaml("cctune.models.tiny.lora_tiny_llama",
-                             "  lora_attn_modules: [q_proj, v_proj]\n  lora_rank: 2\n"),
-      testing::ByteTokenizerYaml(32), testing::SyntheticDatasetYaml(16, 5),
-      "batch_size: 8\noptimizer:\n  _component_: torch.optim.AdamW\n  lr: 0.01\n"));
+  absl::StatusOr<Config> config = Config::FromString(TinyLoRAYaml(out));
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(recipe.validate(*config).empty());
   ASSERT_TRUE(config->Resolve().ok());
@@ -281,6 +286,36 @@ TEST(DecoratedLoRATest, KeepsLoRAsTrainableSetAndCheckpoints) {
   EXPECT_EQ(testing::SafetensorsNames(ckpt + "/adapter_model.safetensors").size(), 8u);
   EXPECT_TRUE(testing::Exists(ckpt + "/adapter_config.json"));
   EXPECT_TRUE(testing::Exists(ckpt + "/model.safetensors"));
+}
+
+// save_adapter_weights_only: the checkpoints hold the adapter, adapter_config.json, config.json
+// and the recipe state, no merged weights; a resume from one ends with the uninterrupted
+// run's adapter.
+TEST(LoRAAdapterOnlyTest, CheckpointsHoldOnlyTheAdapterAndResume) {
+  const RecipeEntry recipe =
+      MakeFinetuneRecipe([] { return MakeLoRAFinetuneStrategy(); });
+  const std::string dir = testing::TestTempDir("lora_adapter_only");
+  auto run = [&](const std::string& out, const std::vector<std::string>& overrides) {
+    absl::StatusOr<Config> config = Config::FromString(TinyLoRAYaml(out));
+    if (!config.ok()) return config.status();
+    CCTUNE_RETURN_IF_ERROR(config->ApplyOverrides(overrides));
+    CCTUNE_RETURN_IF_ERROR(config->Resolve());
+    return recipe.run(*config);
+  };
+  ASSERT_TRUE(run(dir + "/full", {"save_adapter_weights_only=true"}).ok());
+  const std::string ckpt = dir + "/full/step_2";
+  EXPECT_TRUE(testing::Exists(ckpt + "/adapter_model.safetensors"));
+  EXPECT_TRUE(testing::Exists(ckpt + "/adapter_config.json"));
+  EXPECT_TRUE(testing::Exists(ckpt + "/config.json"));
+  EXPECT_TRUE(testing::Exists(ckpt + "/recipe_state.safetensors"));
+  EXPECT_FALSE(testing::Exists(ckpt + "/model.safetensors"));
+
+  ASSERT_TRUE(run(dir + "/resumed", {"save_adapter_weights_only=true", "stop_after_steps=1"}).ok());
+  const absl::Status resumed =
+      run(dir + "/resumed", {"save_adapter_weights_only=true", "resume_from_checkpoint=true"});
+  ASSERT_TRUE(resumed.ok()) << resumed;
+  EXPECT_FALSE(testing::Exists(dir + "/resumed/step_2/model.safetensors"));
+  testing::ExpectSameFiles(dir + "/resumed/step_2", ckpt, {"adapter_model.safetensors"});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/hf.h"
 #include "checkpoint/peft.h"
 #include "core/status.h"
@@ -125,6 +126,11 @@ class LoRAStrategy final : public FinetuneStrategy {
             "LoRA model builder (torchtune.models.*.lora_*)",
             "base weights (HF or llama2.c); null: random init from seed"};
   }
+  void ExtendSchema(Schema& schema) const override {
+    schema.Default("save_adapter_weights_only", KeyType::Bool(), ConfigNode::Bool(false),
+                   "checkpoints hold only the adapter (+ adapter_config.json, config.json and "
+                   "the recipe state), no merged weights");
+  }
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
     const ConfigNode* m = root.Find("model");
     if (m == nullptr || !m->IsMap()) return;
@@ -141,6 +147,7 @@ class LoRAStrategy final : public FinetuneStrategy {
     const ConfigNode* model = root.Find("model");
     CCTUNE_CHECK(model != nullptr, "validated config without model");
     CCTUNE_ASSIGN_OR_RETURN(adapter_config_, AdapterConfigFromModelNode(*model));
+    CCTUNE_ASSIGN_OR_RETURN(adapter_only_, root.GetBool("save_adapter_weights_only"));
     return absl::OkStatus();
   }
 
@@ -207,6 +214,11 @@ class LoRAStrategy final : public FinetuneStrategy {
                            const HfModelConfig& config) const override {
     const StateDict state_dict = params.ExportStateDict();
     CCTUNE_RETURN_IF_ERROR(SavePeftAdapter(dir, state_dict, adapter_config_, config));
+    if (adapter_only_) {
+      // config.json still: the model's shape, and what marks a checkpoint complete.
+      CCTUNE_ASSIGN_OR_RETURN(const std::string json, config.ToJson());
+      return WriteFileAtomically(absl::StrCat(dir, "/config.json"), json);
+    }
     CCTUNE_ASSIGN_OR_RETURN(
         StateDict merged,
         MergedStateDict(state_dict,
@@ -232,6 +244,7 @@ class LoRAStrategy final : public FinetuneStrategy {
 
  private:
   PeftAdapterConfig adapter_config_;
+  bool adapter_only_ = false;  // save_adapter_weights_only
 };
 
 }  // namespace

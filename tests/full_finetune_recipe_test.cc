@@ -71,7 +71,8 @@ TEST_F(FullFinetuneRecipeTest, LossFallsAndResumeIsBitIdentical) {
   EXPECT_TRUE(Exists(ckpt + "/config.json"));
   EXPECT_TRUE(Exists(ckpt + "/model.safetensors"));
   EXPECT_TRUE(Exists(ckpt + "/recipe_state.safetensors"));
-  EXPECT_FALSE(Exists(Out("full") + "/step_8/model.safetensors"));  // older ones removed
+  // No checkpointer.keep_last_n_checkpoints: every checkpoint is kept (torchtune's default).
+  EXPECT_TRUE(Exists(Out("full") + "/step_8/model.safetensors"));
   absl::StatusOr<HfCheckpoint> hf = LoadHfCheckpoint(ckpt);
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(hf->config.hidden_size, 32);
@@ -106,6 +107,7 @@ checkpointer:
   checkpoint_dir: )", fixture, R"(
   checkpoint_files: [model.bin]
   model_type: LLAMA2C
+  keep_last_n_checkpoints: 2
 tokenizer:
   _component_: cctune.models.llama2c.llama2c_tokenizer
   path: )", fixture, R"(/tok.bin
@@ -113,6 +115,7 @@ dataset:
   _component_: cctune.data.synthetic_arithmetic
   num_samples: 32
 batch_size: 4
+save_every_n_steps: 2
 optimizer:
   _component_: torch.optim.SGD
   lr: 0.1
@@ -121,6 +124,10 @@ optimizer:
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ReadLog(Log("llama2c")).size(), 8u);
   EXPECT_EQ(ReadFile(Out("llama2c") + "/LATEST"), "step_8\n");
+  // keep_last_n_checkpoints: 2 of the saves at steps 2, 4, 6 and 8.
+  EXPECT_TRUE(Exists(Out("llama2c") + "/step_6/model.safetensors"));
+  EXPECT_FALSE(Exists(Out("llama2c") + "/step_4"));
+  EXPECT_FALSE(Exists(Out("llama2c") + "/step_2"));
   absl::StatusOr<HfCheckpoint> trained = LoadHfCheckpoint(Out("llama2c") + "/step_8");
   ASSERT_TRUE(trained.ok()) << trained.status();
   ExpectTuneTensors(*trained);
