@@ -45,6 +45,14 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
                "held-out dataset for the validation loss (null: none)")
       .Default("eval_every_n_steps", KeyType::Int().InRange(0, kMaxStepsKey), ConfigNode::Int(0),
                "validation loss every N steps (0: only at epoch ends when configured)")
+      .Optional("dataset_val", KeyType::Component("dataset").OrNull(),
+                "torchtune's name for validation_dataset")
+      .Optional("run_val_every_n_steps", KeyType::Int().InRange(1, kMaxStepsKey).OrNull(),
+                "torchtune's name for eval_every_n_steps (null: the epoch ends)")
+      .Check("run_val_every_n_steps", AtLeastOne)
+      .Optional("batch_size_val", KeyType::Int().InRange(1, kMaxBatchSizeKey).OrNull(),
+                "samples per validation batch (null: batch_size)")
+      .Check("batch_size_val", AtLeastOne)
       .Default("seed", KeyType::Int().OrNull(), ConfigNode::Int(0),
                "init, shuffling and RNG seed (null: a random one, logged and saved in the "
                "recipe state; a resume reuses the saved seed)")
@@ -105,6 +113,28 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Check("stop_after_steps", AtLeastOne);
 }
 
+std::vector<ConfigError> ConflictingValidationKeys(const ConfigNode& given) {
+  std::vector<ConfigError> errors;
+  for (const auto& [ours, theirs] : kValidationKeyAliases) {
+    const ConfigNode* a = given.Find(ours);
+    const ConfigNode* b = given.Find(theirs);
+    if (a == nullptr || b == nullptr || a->ToYaml() == b->ToYaml()) continue;
+    errors.push_back(b->MakeError(absl::StrCat(
+        "'", theirs, "' (torchtune's spelling) and '", ours,
+        "' are the same setting but differ: ", b->Describe(), " vs ", a->Describe(),
+        "; give one of them")));
+    errors.back().key = theirs;
+  }
+  return errors;
+}
+
+const ConfigNode* ValidationDatasetNode(const ConfigNode& root) {
+  for (const char* key : {"validation_dataset", "dataset_val"}) {
+    if (const ConfigNode* v = root.Find(key); v != nullptr && !v->IsNull()) return v;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<int64_t> ChooseSeed(const std::string& output_dir, bool resume) {
   if (resume) {
     CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(output_dir));
@@ -143,6 +173,9 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(s.log_memory, root.GetBool("log_peak_memory_stats"));
   CCTUNE_ASSIGN_OR_RETURN(s.save_every, root.GetOptionalInt("save_every_n_steps"));
   CCTUNE_ASSIGN_OR_RETURN(s.eval_every, root.GetInt("eval_every_n_steps"));
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> run_val, root.GetOptionalInt("run_val_every_n_steps"));
+  if (run_val.has_value()) s.eval_every = *run_val;
+  CCTUNE_ASSIGN_OR_RETURN(s.batch_size_val, root.GetOptionalInt("batch_size_val"));
   CCTUNE_ASSIGN_OR_RETURN(s.resume, root.GetBool("resume_from_checkpoint"));
   CCTUNE_ASSIGN_OR_RETURN(s.stop_after, root.GetOptionalInt("stop_after_steps"));
   if (const ConfigNode* ck = root.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
@@ -174,10 +207,11 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
   lo.collate.pad_id = 0;
   CCTUNE_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.dataset, lo));
   data.loader.emplace(std::move(loader));
-  if (const ConfigNode* v = root.Find("validation_dataset"); v != nullptr && !v->IsNull()) {
+  if (const ConfigNode* v = ValidationDatasetNode(root); v != nullptr) {
     CCTUNE_ASSIGN_OR_RETURN(std::shared_ptr<const Dataset> val,
                             DatasetRegistry().Instantiate(*v, ctx));
     DataLoaderOptions vo = lo;
+    vo.batch_size = s.batch_size_val.value_or(s.batch_size);
     vo.shuffle = false;
     vo.drop_last = false;
     CCTUNE_ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(val, vo));

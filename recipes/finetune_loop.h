@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,7 +61,8 @@ struct FinetuneSettings {
   int64_t log_every = 1;
   bool log_memory = true;
   std::optional<int64_t> save_every;
-  int64_t eval_every = 0;
+  int64_t eval_every = 0;  // eval_every_n_steps or run_val_every_n_steps
+  std::optional<int64_t> batch_size_val;  // null: batch_size
   bool resume = false;
   std::optional<int64_t> stop_after;
   std::optional<int64_t> keep_last_n;  // checkpointer.keep_last_n_checkpoints (null: keep all)
@@ -69,6 +71,15 @@ struct FinetuneSettings {
 // `seed: null` takes ChooseSeed's (logged as "Using seed N").
 // Unimplemented for optimizer_in_bwd: true; the device's error when it is not usable.
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root);
+
+// torchtune's spellings of our validation keys: {ours, torchtune's}.
+inline constexpr std::pair<const char*, const char*> kValidationKeyAliases[] = {
+    {"validation_dataset", "dataset_val"}, {"eval_every_n_steps", "run_val_every_n_steps"}};
+// One error per pair of kValidationKeyAliases both given in `given` (the config before the
+// schema's defaults) with different values, naming both keys.
+std::vector<ConfigError> ConflictingValidationKeys(const ConfigNode& given);
+// The validation dataset's node: validation_dataset, else dataset_val; null when neither.
+const ConfigNode* ValidationDatasetNode(const ConfigNode& root);
 
 // The seed of a run configured with `seed: null`: on a resume the one LATEST's recipe state
 // saved (so the resumed run is the uninterrupted one), otherwise a random one.

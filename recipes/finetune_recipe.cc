@@ -49,7 +49,8 @@ std::vector<ConfigError> ValidateConfig(const Config& config, const FinetuneStra
     CheckCheckpointFilesExist(*ck, &errors);
   }
   CheckCheckpointerOutputDir(resolved.root(), &errors);
-  for (const char* key : {"dataset", "validation_dataset"}) {
+  for (ConfigError& e : ConflictingValidationKeys(config.root())) errors.push_back(e);
+  for (const char* key : {"dataset", "validation_dataset", "dataset_val"}) {
     for (ConfigError& e : MissingDatasetFiles(resolved.root(), key)) errors.push_back(e);
   }
   strategy.Validate(resolved.root(), &errors);
@@ -210,6 +211,7 @@ RecipeEntry MakeFinetuneRecipe(std::function<std::unique_ptr<FinetuneStrategy>()
   entry.run = [make_strategy, schema](const Config& config) -> absl::Status {
     const std::unique_ptr<FinetuneStrategy> strategy = make_strategy();
     CCTUNE_RETURN_IF_ERROR(RegisterComponents(*strategy));
+    CCTUNE_RETURN_IF_ERROR(ErrorsToStatus(ConflictingValidationKeys(config.root())));
     const ConfigNode root = WithDefaults(config.root(), *schema);
     CCTUNE_ASSIGN_OR_RETURN(FinetuneSettings settings, ReadFinetuneSettings(root));
     return FinetuneRun(*strategy, root, std::move(settings)).Run();

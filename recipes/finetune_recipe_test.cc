@@ -7,6 +7,7 @@
 #include "recipes/finetune_recipe.h"
 
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,6 +139,23 @@ class FinetuneRecipeTest : public ::testing::Test {
     return recipe_.run(config);
   }
   std::string Out(const std::string& name) const { return absl::StrCat(dir_, "/", name); }
+  // Run `name` with `extra` YAML after the tiny config.
+  absl::Status RunWith(const std::string& name, const std::string& extra) {
+    CCTUNE_ASSIGN_OR_RETURN(Config config, Config::FromString(absl::StrCat(
+                                               testing::TinyFullFinetuneYaml(Out(name), 32, 1),
+                                               extra)));
+    CCTUNE_RETURN_IF_ERROR(config.Resolve());
+    return recipe_.run(config);
+  }
+  // The val_loss lines of run `name`'s metrics.jsonl.
+  std::vector<std::string> ValLines(const std::string& name) const {
+    std::vector<std::string> lines;
+    std::ifstream in(Out(name) + "/logs/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("val_loss") != std::string::npos) lines.push_back(line);
+    }
+    return lines;
+  }
 
   std::string dir_;
   Record r_;
@@ -217,6 +235,47 @@ TEST_F(FinetuneRecipeTest, LogLevelFiltersTheRecipesMessages) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_THAT(problems[0], HasSubstr("log_level"));
   EXPECT_THAT(problems[0], HasSubstr("DEBUG, INFO, WARNING, ERROR"));
+}
+
+// torchtune's validation keys (dataset_val, run_val_every_n_steps, batch_size_val) do what
+// ours do; both spellings with different values are an error naming both.
+TEST_F(FinetuneRecipeTest, TorchtunesValidationKeysMapOntoOurs) {
+  const std::string val_set =
+      "  _component_: cctune.data.synthetic_arithmetic\n  num_samples: 6\n  seed: 99\n"
+      "  first_index: 1000\n";
+  const absl::Status ours = RunWith(
+      "val_ours", absl::StrCat("validation_dataset:\n", val_set, "eval_every_n_steps: 1\n"));
+  ASSERT_TRUE(ours.ok()) << ours;
+  const absl::Status theirs = RunWith(
+      "val_theirs", absl::StrCat("dataset_val:\n", val_set,
+                                 "run_val_every_n_steps: 1\nbatch_size_val: 5\n"));
+  ASSERT_TRUE(theirs.ok()) << theirs;
+  const std::vector<std::string> want = ValLines("val_ours");
+  ASSERT_EQ(want.size(), 2u);  // every step
+  const std::vector<std::string> got = ValLines("val_theirs");
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    // The mean loss over the same labels in other batches: equal to float rounding.
+    const double a = std::stod(want[i].substr(want[i].find("\"val_loss\":") + 11));
+    const double b = std::stod(got[i].substr(got[i].find("\"val_loss\":") + 11));
+    EXPECT_NEAR(a, b, 1e-5 * std::abs(a)) << want[i] << " vs " << got[i];
+  }
+
+  absl::StatusOr<Config> config = MakeConfig("val_both", {"eval_every_n_steps=2",
+                                                          "run_val_every_n_steps=3"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<std::string> problems;
+  for (const ConfigError& e : recipe_.validate(*config)) problems.push_back(e.ToString());
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr("run_val_every_n_steps"));
+  EXPECT_THAT(problems[0], HasSubstr("eval_every_n_steps"));
+  ASSERT_TRUE(config->Resolve().ok());
+  const absl::Status both = recipe_.run(*config);
+  EXPECT_THAT(both.message(), HasSubstr("'run_val_every_n_steps'"));
+  absl::StatusOr<Config> same =
+      MakeConfig("val_same", {"eval_every_n_steps=2", "run_val_every_n_steps=2"});
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(recipe_.validate(*same).empty());
 }
 
 TEST_F(FinetuneRecipeTest, AHookErrorEndsTheRunWithTheLastGoodCheckpoint) {
