@@ -3,12 +3,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/checkpointer_components.h"
 #include "config/catalog.h"
+#include "config/validate.h"
+#include "core/status.h"
+#include "recipes/finetune_utils.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
@@ -50,6 +58,57 @@ const RecipeInfo* RecipeOfConfig(absl::string_view config) {
     }
   }
   return nullptr;
+}
+
+// The recipe a torchtune config's header names ("# tune run [--nproc_per_node 2]
+// lora_finetune_single_device --config ..."), without ".py" or a folder; "" when no comment
+// line has one.
+std::string RecipeNameFromHeader(const std::string& path) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    absl::string_view l = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&l, "#")) continue;
+    const size_t at = l.find("tune run ");
+    if (at == absl::string_view::npos) continue;
+    std::vector<std::string> words =
+        absl::StrSplit(l.substr(at + 9), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    for (size_t i = 0; i < words.size(); ++i) {
+      const std::string& w = words[i];
+      if (absl::StartsWith(w, "-")) {
+        // An option ("--nproc_per_node 8" or "--nnodes=1"); its value is skipped below.
+        if (w.find('=') == std::string::npos && i + 1 < words.size() &&
+            !absl::StartsWith(words[i + 1], "-") &&
+            words[i + 1].find_first_not_of("0123456789") == std::string::npos) {
+          ++i;
+        }
+        continue;
+      }
+      std::string name = fs::path(w).filename().string();
+      if (absl::EndsWith(name, ".py")) name.resize(name.size() - 3);
+      return name;
+    }
+  }
+  return "";
+}
+
+// What validate checks of a config whose recipe it does not know: every top-level component
+// against its registered schema, the ${} references, the checkpoint and dataset files.
+std::vector<ConfigError> ValidateWithoutRecipe(const Config& config) {
+  for (const RecipeInfo& r : Recipes()) CCTUNE_CHECK_OK(r.register_components());
+  Config resolved = config;
+  std::vector<ConfigError> errors;
+  if (!resolved.resolved()) errors = resolved.ResolveCollectingErrors();
+  const ConfigNode& root = resolved.root();
+  for (const ConfigNode::Entry& e : root.entries()) {
+    if (e.second.IsComponent()) CheckComponent(e.second, "", ComponentCatalog::Global(), &errors);
+  }
+  if (const ConfigNode* ck = root.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
+    CheckCheckpointFilesExist(*ck, &errors);
+  }
+  for (const char* key : {"dataset", "validation_dataset", "dataset_val"}) {
+    for (ConfigError& e : MissingDatasetFiles(root, key)) errors.push_back(e);
+  }
+  return errors;
 }
 
 constexpr char kLsUsage[] =
@@ -206,24 +265,31 @@ int Validate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "usage: cctune validate <config> [--recipe <name>] [key=value ...]\n");
     return 2;
   }
+  // The recipe: --recipe, the one a built-in config belongs to, the one a torchtune config's
+  // header names, else generate.
   const RecipeInfo* recipe = nullptr;
-  if (!recipe_name.empty()) {
-    recipe = FindRecipe(recipe_name);
-    if (recipe == nullptr) {
-      std::fprintf(stderr, "cctune validate: unknown recipe '%s' (see `cctune ls`)\n",
-                   recipe_name.c_str());
-      return 1;
-    }
-  } else {
+  if (recipe_name.empty()) {
     recipe = RecipeOfConfig(config_arg);
-    if (recipe == nullptr) recipe = FindRecipe("generate");
+    if (recipe == nullptr) recipe_name = RecipeNameFromHeader(config_arg);
+    if (recipe == nullptr && recipe_name.empty()) recipe = FindRecipe("generate");
   }
+  if (recipe == nullptr) recipe = FindRecipe(recipe_name);
   absl::StatusOr<Config> config = LoadUnresolvedRecipeConfig(config_arg, overrides);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
     return 1;
   }
-  const std::vector<ConfigError> errors = recipe->validate(*config);
+  std::vector<ConfigError> errors =
+      recipe != nullptr ? recipe->validate(*config) : ValidateWithoutRecipe(*config);
+  if (recipe == nullptr) {
+    std::string known;
+    for (const RecipeInfo& r : Recipes()) absl::StrAppend(&known, known.empty() ? "" : ", ", r.name);
+    ConfigError e;
+    e.location.source = config_arg;
+    e.message = absl::StrCat("unknown recipe '", recipe_name, "' (cctune has ", known,
+                             "; pass --recipe <name>)");
+    errors.push_back(std::move(e));
+  }
   if (!errors.empty()) {
     std::fprintf(stderr, "%s\n", std::string(ErrorsToStatus(errors).message()).c_str());
     return 1;

@@ -1,6 +1,8 @@
 #include "recipes/cli.h"
 
+#include <fstream>
 #include <set>
+#include <utility>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "recipes/builtin_configs.h"
+#include "tests/llama2c_fixture.h"
 
 namespace cctune {
 namespace {
@@ -37,6 +40,43 @@ TEST(CliTest, ExitCodes) {
   EXPECT_EQ(CctuneMain({"run", "nope"}), 1);
   EXPECT_EQ(CctuneMain({"validate"}), 2);
   EXPECT_EQ(CctuneMain({"cp", "llama2c/generation"}), 2);
+}
+
+// `validate` of a config with a file of its own: exit code and stderr.
+std::pair<int, std::string> ValidateFile(const std::string& name, const std::string& yaml) {
+  const std::string path = testing::TestTempDir("cli_validate") + "/" + name;
+  std::ofstream(path) << yaml;
+  ::testing::internal::CaptureStderr();
+  const int code = CctuneMain({"validate", path});
+  return {code, ::testing::internal::GetCapturedStderr()};
+}
+
+// A torchtune header naming a recipe cctune lacks: the rest is still checked (components,
+// ${}), and the unknown recipe is one more error. A header naming one of ours picks it.
+TEST(CliTest, ValidateChecksEverythingUnderAnUnknownRecipe) {
+  const auto [code, err] = ValidateFile("distributed.yaml", R"(# Config for multi-device LoRA
+#   tune run --nproc_per_node 2 lora_finetune_distributed --config llama3_2/1B_lora
+output_dir: /tmp/x
+model:
+  _component_: torchtune.models.llama3_2.no_such_builder
+optimizer:
+  _component_: torch.optim.AdamW
+  lr: ${missing_key}
+)");
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(err, HasSubstr("unknown recipe 'lora_finetune_distributed'"));
+  EXPECT_THAT(err, HasSubstr("no_such_builder"));
+  EXPECT_THAT(err, HasSubstr("missing_key"));
+
+  const auto [code2, err2] = ValidateFile("single.yaml", R"(# To launch:
+#   tune run lora_finetune_single_device --config llama3_2/1B_lora_single_device
+output_dir: /tmp/x
+bogus_key: 1
+)");
+  EXPECT_EQ(code2, 1);
+  EXPECT_THAT(err2, HasSubstr("accepted by lora_finetune_single_device"));
+  EXPECT_THAT(err2, Not(HasSubstr("generate")));
+  EXPECT_THAT(err2, Not(HasSubstr("unknown recipe")));
 }
 
 // `cctune ls --components` prints every kind's components with their keys, from the catalog.
