@@ -23,6 +23,7 @@
 #include "training/interrupt.h"
 #include "training/metric_logger_components.h"
 #include "training/progress_bar.h"
+#include "training/trace_profiler.h"
 #include "training/train_step.h"
 #include "training/training_components.h"
 
@@ -56,6 +57,10 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Default("seed", KeyType::Int().OrNull(), ConfigNode::Int(0),
                "init, shuffling and RNG seed (null: a random one, logged and saved in the "
                "recipe state; a resume reuses the saved seed)")
+      .Default("profiler", KeyType::Object(TraceProfilerSchema()).OrNull(), ConfigNode::Null(),
+               "torchtune.training.setup_torch_profiler: with enabled: true, a Chrome trace "
+               "(<output_dir>/trace.json) of the scheduled steps' data, forward, backward and "
+               "optimizer times (null: none)")
       .Default("log_level", KeyType::String(), ConfigNode::String("INFO"),
                "the recipe's messages on stderr: DEBUG (adds per-step timings), INFO, WARNING "
                "(hides the progress bar and the INFO lines) or ERROR; any case")
@@ -176,6 +181,7 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(std::optional<int64_t> run_val, root.GetOptionalInt("run_val_every_n_steps"));
   if (run_val.has_value()) s.eval_every = *run_val;
   CCTUNE_ASSIGN_OR_RETURN(s.batch_size_val, root.GetOptionalInt("batch_size_val"));
+  CCTUNE_ASSIGN_OR_RETURN(s.profiler, ReadTraceProfilerOptions(root.Find("profiler"), s.output_dir));
   CCTUNE_ASSIGN_OR_RETURN(s.resume, root.GetBool("resume_from_checkpoint"));
   CCTUNE_ASSIGN_OR_RETURN(s.stop_after, root.GetOptionalInt("stop_after_steps"));
   if (const ConfigNode* ck = root.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
@@ -370,6 +376,8 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     return absl::OkStatus();
   };
   ResetPeakMemory(loop.device);
+  const auto loop_start = std::chrono::steady_clock::now();
+  int64_t trained_here = 0;  // steps this run has trained (the profiler's schedule counts them)
   // On a terminal only (stderr redirected to a file stays clean), and at log_level INFO or
   // below.
   ProgressBar bar("train", loop.steps_per_epoch * loop.epochs,
@@ -384,6 +392,7 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const int64_t run_index = trained_here++;
     std::vector<MicroBatch> micro;
     int64_t step_tokens = 0;
     for (int64_t a = 0; a < accum; ++a) {
@@ -392,6 +401,8 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
       CCTUNE_ASSIGN_OR_RETURN(MicroBatch mb, ToMicroBatch(batch));
       micro.push_back(std::move(mb));
     }
+    const double data_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double lr = loop.schedule != nullptr
                           ? loop.schedule->Lr(loop.base_lr, loop.optimizer->step())
                           : loop.base_lr;
@@ -411,6 +422,14 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     }
     ++step;
     progress.tokens_seen += step_tokens;
+    if (loop.profiler != nullptr && loop.profiler->Recording(run_index)) {
+      loop.profiler->AddStep(
+          step, std::chrono::duration<double>(t0 - loop_start).count(),
+          {{"data", data_seconds}, {"forward", r->forward_seconds},
+           {"backward", r->backward_seconds}, {"optimizer", r->optimizer_seconds}});
+      CCTUNE_ASSIGN_OR_RETURN(const std::string trace, loop.profiler->Write());
+      LogDebug("Profiled step %lld into %s", static_cast<long long>(step), trace.c_str());
+    }
     bar.Update(step, absl::StrFormat("loss=%.4f", r->loss));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -31,6 +31,7 @@
 #include "training/metric_logger.h"
 #include "training/optim.h"
 #include "training/recipe_state.h"
+#include "training/trace_profiler.h"
 #include "training/train_step.h"
 
 namespace cctune {
@@ -66,6 +67,7 @@ struct FinetuneSettings {
   bool resume = false;
   std::optional<int64_t> stop_after;
   std::optional<int64_t> keep_last_n;  // checkpointer.keep_last_n_checkpoints (null: keep all)
+  TraceProfilerOptions profiler;
 };
 // Sets the process's log level (core/log.h) from `log_level` first.
 // `seed: null` takes ChooseSeed's (logged as "Using seed N").
@@ -142,6 +144,7 @@ struct TrainingLoop {
   DataLoader* loader = nullptr;
   DataLoader* val_loader = nullptr;  // null: no validation
   MetricLogger* logger = nullptr;
+  TraceProfiler* profiler = nullptr;  // null: no trace
   std::string output_dir;  // where `save` writes CheckpointName(step); cleaned at the start
   Device device;
   int64_t epochs = 1;

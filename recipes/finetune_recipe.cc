@@ -159,6 +159,8 @@ class FinetuneRun {
     loop.loader = &*data_->loader;
     loop.val_loader = data_->val_loader.has_value() ? &*data_->val_loader : nullptr;
     loop.logger = logger.get();
+    TraceProfiler profiler(s_.profiler);
+    if (profiler.enabled()) loop.profiler = &profiler;
     loop.after_backward = strategy_.AfterBackward();
     loop.save = [this](int64_t epoch) { return SaveStep(epoch); };
     return RunTrainingLoop(loop, progress_);

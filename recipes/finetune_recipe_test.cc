@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "recipes/checkpoint_dir.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/lora_finetune_single_device.h"
@@ -276,6 +277,35 @@ TEST_F(FinetuneRecipeTest, TorchtunesValidationKeysMapOntoOurs) {
       MakeConfig("val_same", {"eval_every_n_steps=2", "run_val_every_n_steps=2"});
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_TRUE(recipe_.validate(*same).empty());
+}
+
+// profiler: with enabled: true, the scheduled steps' phases as Chrome trace-event JSON.
+TEST_F(FinetuneRecipeTest, ProfilerWritesAChromeTraceOfTheScheduledSteps) {
+  const std::string profiler =
+      "profiler:\n  _component_: torchtune.training.setup_torch_profiler\n  enabled: true\n"
+      "  output_dir: ${output_dir}/profiling_outputs\n  cpu: true\n  cuda: true\n"
+      "  profile_memory: false\n  with_stack: false\n  record_shapes: true\n"
+      "  with_flops: false\n  wait_steps: 1\n  warmup_steps: 0\n  active_steps: 1\n"
+      "  num_cycles: 1\n";
+  const absl::Status st = RunWith("profiled", profiler);
+  ASSERT_TRUE(st.ok()) << st;
+  std::ifstream in(Out("profiled") + "/profiling_outputs/trace.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(trace.is_discarded());
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  std::vector<std::string> names;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_EQ(e["args"]["step"], 2);  // step 1 waits, step 2 is the active one
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    EXPECT_TRUE(e["ts"].is_number());
+    names.push_back(e["name"]);
+  }
+  EXPECT_THAT(names, ElementsAre("data", "forward", "backward", "optimizer"));
+
+  ASSERT_TRUE(RunWith("unprofiled", "profiler:\n  enabled: false\n").ok());
+  EXPECT_FALSE(testing::Exists(Out("unprofiled") + "/profiling_outputs"));
 }
 
 TEST_F(FinetuneRecipeTest, AHookErrorEndsTheRunWithTheLastGoodCheckpoint) {

@@ -1,6 +1,7 @@
 #include "training/decoder_trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -256,12 +257,14 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   ActivationStore* store = backward ? &store_ : nullptr;
 
   // 1. The decoder's forward up to the final norm, saving activations when training.
+  const auto t_start = std::chrono::steady_clock::now();
   if (ws_ == nullptr) ws_ = std::make_unique<Workspace>();
   Workspace& ws = *ws_;
   ws.acts.checkpointing = options_.activation_checkpointing;
   CCTUNE_RETURN_IF_ERROR(EnsureF32(ws.xnf, {b, s, d}, dev));
   CCTUNE_RETURN_IF_ERROR(model_->ForwardHidden(ws.xnf, bt.tokens, bt.Mask(), bt.Positions(),
                                                backward ? &ws.acts : nullptr, store));
+  const auto t_forward = std::chrono::steady_clock::now();
   CCTUNE_ASSIGN_OR_RETURN(Tensor xnf, ws.xnf.View({n, d}));
 
   // The loss's normaliser must be known before the fused backward of the output chunks.
@@ -313,6 +316,9 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
         model_->Backward(ws.dxnf, bt.tokens, bt.Mask(), bt.Positions(), ws.acts, store_));
   }
   CCTUNE_RETURN_IF_ERROR(AddChunkLosses(ws.chunk_losses, &result));
+  const auto t_end = std::chrono::steady_clock::now();
+  result.forward_seconds = std::chrono::duration<double>(t_forward - t_start).count();
+  result.rest_seconds = std::chrono::duration<double>(t_end - t_forward).count();
   return result;
 }
 

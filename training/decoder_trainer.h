@@ -90,6 +90,10 @@ struct DecoderTrainerOptions {
 struct LossSum {
   double loss_sum = 0.0;
   int64_t num_valid = 0;
+  // Host wall-clock seconds of the decoder's forward up to the final norm, and of the rest
+  // (output projection + loss and, when training, the whole backward) — for profiling.
+  double forward_seconds = 0.0;
+  double rest_seconds = 0.0;
   double Mean() const { return num_valid > 0 ? loss_sum / num_valid : 0.0; }
 };
 

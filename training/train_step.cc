@@ -1,5 +1,6 @@
 #include "training/train_step.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -69,7 +70,10 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
                                            mb.input_pos.defined() ? &mb.input_pos : nullptr,
                                            static_cast<double>(result.num_tokens)));
     loss_sum += l.loss_sum;
+    result.forward_seconds += l.forward_seconds;
+    result.backward_seconds += l.rest_seconds;
   }
+  const auto t_opt = std::chrono::steady_clock::now();
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
   const std::vector<Tensor> grads = optimizer.Grads();
   if (after_backward) CCTUNE_RETURN_IF_ERROR(after_backward(grads));
@@ -85,6 +89,8 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
                      "; no update was made"));
   }
   CCTUNE_RETURN_IF_ERROR(optimizer.Step());
+  result.optimizer_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   return result;
 }
 

@@ -37,6 +37,12 @@ struct TrainStepResult {
   double loss = 0.0;       // mean cross-entropy over every valid label of the step
   int64_t num_tokens = 0;  // valid labels of the step
   double grad_norm = 0.0;  // global L2 norm of the gradients before clipping
+  // Host wall-clock seconds (profiling): the micro-batches' forwards (to the final norm), the
+  // rest of their forward-backward (output projection, loss, backward), and the gradient
+  // hook + norm + clipping + optimizer update.
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+  double optimizer_seconds = 0.0;
 };
 
 // The optimizer buffers for a parameter arena and its f32 gradient arena (same layout), buffer
