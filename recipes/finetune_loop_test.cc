@@ -221,5 +221,33 @@ TEST_F(FinetuneLoopTest, LeftoversAreRemovedBeforeTheFirstStep) {
   EXPECT_TRUE(clean_at_first_step);
 }
 
+// keep_last_n_checkpoints counts LATEST's folder among the kept ones and never removes it,
+// even when an older run left higher-numbered folders; incomplete folders are left to
+// RemoveCheckpointLeftovers.
+TEST(PruneCheckpointsTest, KeepsTheNewestAndNeverLatests) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string out = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/prune");
+  fs::remove_all(out);
+  for (int step : {1, 2, 3, 4, 9}) {
+    const std::string dir = absl::StrCat(out, "/step_", step);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/config.json") << "{}";
+    std::ofstream(absl::StrCat(dir, "/", kRecipeStateFile)) << "x";
+  }
+  fs::create_directories(out + "/step_7");  // incomplete
+  absl::StatusOr<std::vector<std::string>> removed = PruneCheckpoints(out, "step_3", 2);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  // Kept: step_3 (LATEST) and the newest other one, step_9.
+  EXPECT_THAT(*removed, ::testing::UnorderedElementsAre(out + "/step_4", out + "/step_2",
+                                                        out + "/step_1"));
+  EXPECT_TRUE(fs::exists(out + "/step_3"));
+  EXPECT_TRUE(fs::exists(out + "/step_9"));
+  EXPECT_TRUE(fs::exists(out + "/step_7"));
+  removed = PruneCheckpoints(out, "step_3", 1);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_THAT(*removed, ElementsAre(out + "/step_9"));
+  EXPECT_TRUE(fs::exists(out + "/step_3"));
+}
+
 }  // namespace
 }  // namespace cctune
