@@ -124,7 +124,10 @@ absl::Status RegisterTrainingComponents() {
         "torchtune.modules.get_cosine_schedule_with_warmup",
         "cctune.training.lr_schedulers.get_cosine_schedule_with_warmup"));
 
-    for (const char* name : {"CEWithChunkedOutputLoss", "CrossEntropyLoss"}) {
+    // torchtune's LinearCrossEntropyLoss (its newer configs) owns the output projection and
+    // chunks it, as our fused loss does: the same component under its name.
+    for (const char* name :
+         {"CEWithChunkedOutputLoss", "LinearCrossEntropyLoss", "CrossEntropyLoss"}) {
       CCTUNE_RETURN_IF_ERROR(LossRegistry().Register(
           absl::StrCat("cctune.modules.loss.", name),
           Schema("", "cross-entropy over shifted labels, fused with the output projection and "

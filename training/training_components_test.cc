@@ -21,6 +21,7 @@ TEST(TrainingComponentsTest, TorchSpellingsResolve) {
   EXPECT_TRUE(
       LrSchedulerRegistry().Contains("torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup"));
   EXPECT_TRUE(LossRegistry().Contains("torchtune.modules.loss.CEWithChunkedOutputLoss"));
+  EXPECT_TRUE(LossRegistry().Contains("torchtune.modules.loss.LinearCrossEntropyLoss"));
   EXPECT_FALSE(OptimizerRegistry().Contains("torch.optim.Adam"));
 }
 
@@ -57,6 +58,9 @@ TEST(TrainingComponentsTest, LossNumOutputChunksSetsTheTrainersChunking) {
   EXPECT_EQ(ValueOrDie(chunks_for(chunked + "  num_output_chunks: 4\n")), 4);
   EXPECT_EQ(ValueOrDie(chunks_for(chunked + "  num_output_chunks: 3\n")), 3);
   EXPECT_EQ(ValueOrDie(chunks_for(chunked)), 1);  // 0: 16M logits per chunk, all 12 rows
+  EXPECT_EQ(ValueOrDie(chunks_for("loss:\n  _component_: torchtune.modules.loss."
+                                  "LinearCrossEntropyLoss\n  num_output_chunks: 4\n")),
+            4);
   EXPECT_EQ(ValueOrDie(chunks_for("loss: null\n")), 1);
   EXPECT_EQ(ValueOrDie(chunks_for("seed: 1\n")), 1);
   EXPECT_EQ(ValueOrDie(chunks_for("loss:\n  _component_: torch.nn.CrossEntropyLoss\n"
