@@ -63,20 +63,6 @@ bool ParsePieces(absl::string_view s, std::vector<Piece>* pieces, std::string* e
 
 std::string Ref(absl::string_view key) { return absl::StrCat("${", key, "}"); }
 
-// Levels of lists and maps at and below `node` (0 for a scalar). Trees are at most
-// kMaxConfigDepth deep, so the recursion is bounded.
-int Depth(const ConfigNode& node) {
-  int below = 0;
-  if (node.IsList()) {
-    for (const ConfigNode& item : node.items()) below = std::max(below, Depth(item));
-  } else if (node.IsMap()) {
-    for (const auto& e : node.entries()) below = std::max(below, Depth(e.second));
-  } else {
-    return 0;
-  }
-  return below + 1;
-}
-
 // Values at and below `node` (1 for a scalar), counting up to `limit`.
 int64_t CountValues(const ConfigNode& node, int64_t limit) {
   int64_t n = 1;
@@ -294,7 +280,7 @@ class Resolver {
     if (pieces.size() == 1 && pieces[0].is_ref) {
       ConfigNode* target = Lookup(*node, pieces[0].text);
       if (target == nullptr) return fail();
-      const int depth = Level(path) + Depth(*target);
+      const int depth = Level(path) + target->Depth();
       if (depth > kMaxConfigDepth) {
         errors_.push_back(node->MakeError(absl::StrCat(
             "interpolation ", Ref(pieces[0].text), " puts ", target->Describe(), " at ",

@@ -1,6 +1,7 @@
 #include "config/node.h"
 
 #include <cerrno>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -802,6 +803,14 @@ void ConfigNode::AppendYaml(int indent, std::string* out) const {
                                                                                 : ScalarYaml(*this),
                     "\n");
   }
+}
+
+int ConfigNode::Depth() const {
+  if (kind_ != Kind::kList && kind_ != Kind::kMap) return 0;
+  int below = 0;
+  for (const ConfigNode& item : items_) below = std::max(below, item.Depth());
+  for (const Entry& e : entries_) below = std::max(below, e.second.Depth());
+  return below + 1;
 }
 
 std::string ConfigNode::ToYaml() const {

@@ -104,6 +104,9 @@ class ConfigNode {
 
   // Lists.
   size_t size() const;  // number of items (list) or entries (map); 0 for scalars
+  // Levels of lists and maps at and below this node (0 for a scalar). Loaded and resolved
+  // trees are at most kMaxConfigDepth deep, so the recursion is bounded.
+  int Depth() const;
   const std::vector<ConfigNode>& items() const;
   std::vector<ConfigNode>& mutable_items();
 

@@ -340,3 +340,18 @@ TEST(NodeTest, ToYamlKeepsExplicitFloatsFloats) {
 
 }  // namespace
 }  // namespace cctune
+
+namespace cctune {
+namespace {
+
+TEST(NodeTest, DepthCountsLevelsOfListsAndMaps) {
+  EXPECT_EQ(ConfigNode::Int(3).Depth(), 0);
+  auto root = LoadYamlString("a: 1\nb: [1, [2, {c: [3]}]]\nd: {}\n", "d.yaml");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(root->Depth(), 5);  // root map, b, [2, ...], {c: ...}, [3]
+  EXPECT_EQ(root->Find("d")->Depth(), 1);
+  EXPECT_EQ(root->Find("b")->Depth(), 4);
+}
+
+}  // namespace
+}  // namespace cctune

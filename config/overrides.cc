@@ -75,19 +75,6 @@ absl::StatusOr<size_t> ListIndex(const Override& o, const ConfigNode& list,
   return static_cast<size_t>(i);
 }
 
-// Levels of lists and maps at and below `node` (0 for a scalar).
-int Depth(const ConfigNode& node) {
-  int below = 0;
-  if (node.IsList()) {
-    for (const ConfigNode& item : node.items()) below = std::max(below, Depth(item));
-  } else if (node.IsMap()) {
-    for (const auto& e : node.entries()) below = std::max(below, Depth(e.second));
-  } else {
-    return 0;
-  }
-  return below + 1;
-}
-
 // ApplyOverride without refreshing paths first: `root`'s paths must be right. Only the
 // subtree an override changes gets new paths, so n overrides cost O(n), not O(n * size).
 absl::Status ApplyOne(const Override& o, ConfigNode* root) {
@@ -153,7 +140,7 @@ absl::Status ApplyOne(const Override& o, ConfigNode* root) {
     return Fail(o, absl::StrCat("cannot parse the value '", o.value_text,
                                 "': ", value.status().message()));
   }
-  const int depth = static_cast<int>(segments.size()) + Depth(*value);
+  const int depth = static_cast<int>(segments.size()) + value->Depth();
   if (depth > kMaxConfigDepth) {
     return Fail(o, absl::StrCat("the value would sit at ", depth,
                                 " levels of lists and maps, more than the limit of ",
