@@ -1,0 +1,549 @@
+#include "kernels/cpu/quant/quant.h"
+
+// GCC 12's AVX-512 intrinsic headers trip a false -Wmaybe-uninitialized (GCC PR105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/isa.h"
+
+// Each SIMD path is compiled for its own instruction set through function attributes, so this
+// file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
+#define CCTUNE_QTARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define CCTUNE_QTARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define CCTUNE_QINLINE inline __attribute__((always_inline))
+
+namespace cctune::cpu {
+
+using quant_internal::QuantIsa;
+
+namespace {
+
+// Below this many multiply-adds a call runs on one thread (fork/join would dominate).
+constexpr int64_t kMinParallelMacs = 1 << 15;
+// Rows of W each thread takes at a time (a multiple of 8 keeps threads off each other's
+// cache lines of C for m = 1).
+constexpr int64_t kRowBlock = 16;
+// f32 panel of dequantized rows the prefill path multiplies at once (per thread).
+constexpr int64_t kPanelBytes = 1 << 20;
+
+float LoadAsFloat(const void* w, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16:
+      return Bf16ToFloat(static_cast<const bf16*>(w)[i]);
+    case DType::kF16:
+      return F16ToFloat(static_cast<const f16*>(w)[i]);
+    default:
+      return static_cast<const float*>(w)[i];
+  }
+}
+
+// The 4-bit value of input t (0..31) of a packed block.
+CCTUNE_QINLINE int Nibble(const uint8_t* block, int64_t t) {
+  const uint8_t byte = block[t & 15];
+  return t < 16 ? (byte & 15) : (byte >> 4);
+}
+
+// Blocks [b0, b1) of 32 inputs in the group g of a row.
+CCTUNE_QINLINE void GroupBlocks(const QuantMatrix& w, int64_t g, int64_t* b0, int64_t* b1) {
+  const int64_t per = w.groupsize / kInt4BlockSize;
+  *b0 = g * per;
+  *b1 = std::min((g + 1) * per, (w.k + kInt4BlockSize - 1) / kInt4BlockSize);
+}
+
+// Σ_t nibble_t · a_t over the first `len` inputs of one block.
+CCTUNE_QINLINE float BlockDotScalar(const uint8_t* block, const float* a, int64_t len) {
+  float s = 0.f;
+  for (int64_t t = 0; t < len; ++t) s += static_cast<float>(Nibble(block, t)) * a[t];
+  return s;
+}
+
+// Per row of A, the sum of its inputs over each group: [m, groups]. The int4 dot splits as
+// Σ (q - 8)·s·x + z·x = s · Σ q·x + (z - 8·s) · Σ x.
+void GroupSums(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* xs) {
+  const int64_t groups = Int4Groups(w.k, w.groupsize);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t q0 = g * w.groupsize, q1 = std::min(w.k, q0 + w.groupsize);
+      float s = 0.f;
+      for (int64_t q = q0; q < q1; ++q) s += a[i * lda + q];
+      xs[i * groups + g] = s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar path.
+
+void ScalarInt8Rows(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, int64_t j0,
+                    int64_t j1, float* c, int64_t ldc) {
+  const int64_t rb = Int8RowBytes(w.k);
+  for (int64_t j = j0; j < j1; ++j) {
+    const int8_t* b = reinterpret_cast<const int8_t*>(w.data + j * rb);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* ai = a + i * lda;
+      float s[4] = {0.f, 0.f, 0.f, 0.f};
+      int64_t q = 0;
+      for (; q + 4 <= w.k; q += 4) {
+        for (int u = 0; u < 4; ++u) s[u] += ai[q + u] * static_cast<float>(b[q + u]);
+      }
+      for (; q < w.k; ++q) s[0] += ai[q] * static_cast<float>(b[q]);
+      c[i * ldc + j] = w.scales[j] * ((s[0] + s[1]) + (s[2] + s[3]));
+    }
+  }
+}
+
+void ScalarInt4Rows(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, const float* xs,
+                    int64_t j0, int64_t j1, float* c, int64_t ldc) {
+  const int64_t rb = Int4RowBytes(w.k), groups = Int4Groups(w.k, w.groupsize);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * rb;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* ai = a + i * lda;
+      float total = 0.f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int64_t b0, b1;
+        GroupBlocks(w, g, &b0, &b1);
+        float acc = 0.f;
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t len = std::min(kInt4BlockSize, w.k - blk * kInt4BlockSize);
+          acc += BlockDotScalar(row + blk * 16, ai + blk * kInt4BlockSize, len);
+        }
+        const float s = Bf16ToFloat(w.scales4[j * groups + g]);
+        const float z = Bf16ToFloat(w.zeros4[j * groups + g]);
+        total += s * acc + (z - 8.f * s) * xs[i * groups + g];
+      }
+      c[i * ldc + j] = total;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 path: 8 lanes.
+
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE float Avx2Sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// MR rows of A times one int8 row of W, U independent accumulators per row.
+template <int MR, int U>
+CCTUNE_QTARGET_AVX2 void Avx2Int8Tile(int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                      float scale, float* c, int64_t ldc) {
+  __m256 acc[U][MR];
+  for (int u = 0; u < U; ++u) {
+    for (int i = 0; i < MR; ++i) acc[u][i] = _mm256_setzero_ps();
+  }
+  int64_t q = 0;
+  for (; q + 8 * U <= k; q += 8 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m256 bv = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + q + 8 * u))));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        acc[u][i] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * lda + q + 8 * u), bv, acc[u][i]);
+      }
+    }
+  }
+  for (; q + 8 <= k; q += 8) {
+    const __m256 bv = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + q))));
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * lda + q), bv, acc[0][i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    __m256 v = acc[0][i];
+    for (int u = 1; u < U; ++u) v = _mm256_add_ps(v, acc[u][i]);
+    float s = Avx2Sum(v);
+    for (int64_t t = q; t < k; ++t) s += a[i * lda + t] * static_cast<float>(b[t]);
+    c[i * ldc] = scale * s;
+  }
+}
+
+// MR rows of A times one int4 row of W.
+template <int MR>
+CCTUNE_QTARGET_AVX2 void Avx2Int4Tile(const QuantMatrix& w, const float* a, int64_t lda,
+                                      const uint8_t* row, const bf16* scales, const bf16* zeros,
+                                      const float* xs, int64_t groups, float* c, int64_t ldc) {
+  const __m256i low = _mm256_set1_epi32(15);
+  const int64_t full = w.k / kInt4BlockSize;
+  __m256 total[2][MR];
+  float extra[MR];
+  for (int i = 0; i < MR; ++i) {
+    total[0][i] = total[1][i] = _mm256_setzero_ps();
+    extra[i] = 0.f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t b0, b1;
+    GroupBlocks(w, g, &b0, &b1);
+    __m256 acc[2][MR];
+    float tail[MR];
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+      tail[i] = 0.f;
+    }
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const uint8_t* bp = row + blk * 16;
+      const float* ap = a + blk * kInt4BlockSize;
+      if (blk >= full) {
+        for (int i = 0; i < MR; ++i) {
+          tail[i] += BlockDotScalar(bp, ap + i * lda, w.k - blk * kInt4BlockSize);
+        }
+        continue;
+      }
+      const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bp)));
+      const __m256i v1 =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bp + 8)));
+      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, low));   // inputs 0..7
+      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, low));   // 8..15
+      const __m256 q2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4));    // 16..23
+      const __m256 q3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));    // 24..31
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const float* ai = ap + i * lda;
+        acc[0][i] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(ai), acc[0][i]);
+        acc[1][i] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(ai + 8), acc[1][i]);
+        acc[0][i] = _mm256_fmadd_ps(q2, _mm256_loadu_ps(ai + 16), acc[0][i]);
+        acc[1][i] = _mm256_fmadd_ps(q3, _mm256_loadu_ps(ai + 24), acc[1][i]);
+      }
+    }
+    const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
+    const __m256 sv = _mm256_set1_ps(s);
+    for (int i = 0; i < MR; ++i) {
+      total[g & 1][i] = _mm256_fmadd_ps(_mm256_add_ps(acc[0][i], acc[1][i]), sv, total[g & 1][i]);
+      extra[i] += s * tail[i] + (z - 8.f * s) * xs[i * groups + g];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    c[i * ldc] = Avx2Sum(_mm256_add_ps(total[0][i], total[1][i])) + extra[i];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512 path: 16 lanes.
+
+template <int MR, int U>
+CCTUNE_QTARGET_AVX512 void Avx512Int8Tile(int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                          float scale, float* c, int64_t ldc) {
+  __m512 acc[U][MR];
+  for (int u = 0; u < U; ++u) {
+    for (int i = 0; i < MR; ++i) acc[u][i] = _mm512_setzero_ps();
+  }
+  int64_t q = 0;
+  for (; q + 16 * U <= k; q += 16 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m512 bv = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q + 16 * u))));
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        acc[u][i] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i * lda + q + 16 * u), bv, acc[u][i]);
+      }
+    }
+  }
+  for (; q < k; q += 16) {  // masked: no read past the row of A or W
+    const __mmask16 mk =
+        k - q >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (k - q)) - 1);
+    const __m512 bv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, b + q)));
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + i * lda + q), bv, acc[0][i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    __m512 v = acc[0][i];
+    for (int u = 1; u < U; ++u) v = _mm512_add_ps(v, acc[u][i]);
+    c[i * ldc] = scale * _mm512_reduce_add_ps(v);
+  }
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX512 void Avx512Int4Tile(const QuantMatrix& w, const float* a, int64_t lda,
+                                          const uint8_t* row, const bf16* scales,
+                                          const bf16* zeros, const float* xs, int64_t groups,
+                                          float* c, int64_t ldc) {
+  const __m512i low = _mm512_set1_epi32(15);
+  const int64_t full = w.k / kInt4BlockSize;
+  __m512 total[2][MR];
+  float extra[MR];
+  for (int i = 0; i < MR; ++i) {
+    total[0][i] = total[1][i] = _mm512_setzero_ps();
+    extra[i] = 0.f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t b0, b1;
+    GroupBlocks(w, g, &b0, &b1);
+    __m512 acc[2][MR];
+    float tail[MR];
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+      tail[i] = 0.f;
+    }
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const uint8_t* bp = row + blk * 16;
+      const float* ap = a + blk * kInt4BlockSize;
+      if (blk >= full) {
+        for (int i = 0; i < MR; ++i) {
+          tail[i] += BlockDotScalar(bp, ap + i * lda, w.k - blk * kInt4BlockSize);
+        }
+        continue;
+      }
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bp)));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, low));  // inputs 0..15
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));   // 16..31
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const float* ai = ap + i * lda;
+        acc[0][i] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(ai), acc[0][i]);
+        acc[1][i] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(ai + 16), acc[1][i]);
+      }
+    }
+    const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
+    const __m512 sv = _mm512_set1_ps(s);
+    for (int i = 0; i < MR; ++i) {
+      total[g & 1][i] = _mm512_fmadd_ps(_mm512_add_ps(acc[0][i], acc[1][i]), sv, total[g & 1][i]);
+      extra[i] += s * tail[i] + (z - 8.f * s) * xs[i * groups + g];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    c[i * ldc] = _mm512_reduce_add_ps(_mm512_add_ps(total[0][i], total[1][i])) + extra[i];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-range drivers: rows of A in tiles of 4, then 2, then 1 (more accumulators per row when
+// fewer rows share a W row, for FMA latency).
+
+// `Tile<MR, U>` instantiated for the three tile shapes an ISA path uses.
+#define CCTUNE_INT8_RANGE(NAME, TILE)                                                            \
+  void NAME(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, int64_t j0,            \
+            int64_t j1, float* c, int64_t ldc) {                                                 \
+    const int64_t rb = Int8RowBytes(w.k);                                                        \
+    for (int64_t j = j0; j < j1; ++j) {                                                          \
+      const int8_t* b = reinterpret_cast<const int8_t*>(w.data + j * rb);                        \
+      int64_t i = 0;                                                                             \
+      for (; i + 4 <= m; i += 4) TILE<4, 1>(w.k, a + i * lda, lda, b, w.scales[j], c + i * ldc + j, ldc); \
+      for (; i + 2 <= m; i += 2) TILE<2, 2>(w.k, a + i * lda, lda, b, w.scales[j], c + i * ldc + j, ldc); \
+      for (; i < m; ++i) TILE<1, 4>(w.k, a + i * lda, lda, b, w.scales[j], c + i * ldc + j, ldc);  \
+    }                                                                                            \
+  }
+CCTUNE_INT8_RANGE(Avx2Int8Rows, Avx2Int8Tile)
+CCTUNE_INT8_RANGE(Avx512Int8Rows, Avx512Int8Tile)
+#undef CCTUNE_INT8_RANGE
+
+#define CCTUNE_INT4_RANGE(NAME, TILE)                                                            \
+  void NAME(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, const float* xs,       \
+            int64_t j0, int64_t j1, float* c, int64_t ldc) {                                     \
+    const int64_t rb = Int4RowBytes(w.k), groups = Int4Groups(w.k, w.groupsize);                 \
+    for (int64_t j = j0; j < j1; ++j) {                                                          \
+      const uint8_t* row = w.data + j * rb;                                                      \
+      const bf16* s = w.scales4 + j * groups;                                                    \
+      const bf16* z = w.zeros4 + j * groups;                                                     \
+      int64_t i = 0;                                                                             \
+      for (; i + 4 <= m; i += 4) {                                                               \
+        TILE<4>(w, a + i * lda, lda, row, s, z, xs + i * groups, groups, c + i * ldc + j, ldc);  \
+      }                                                                                          \
+      for (; i < m; ++i) {                                                                       \
+        TILE<1>(w, a + i * lda, lda, row, s, z, xs + i * groups, groups, c + i * ldc + j, ldc);  \
+      }                                                                                          \
+    }                                                                                            \
+  }
+CCTUNE_INT4_RANGE(Avx2Int4Rows, Avx2Int4Tile)
+CCTUNE_INT4_RANGE(Avx512Int4Rows, Avx512Int4Tile)
+#undef CCTUNE_INT4_RANGE
+
+bool IsaOk(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx2:
+      return IsaSupported(IsaLevel::kAvx2);
+    case QuantIsa::kAvx512:
+      return IsaSupported(IsaLevel::kAvx512);
+    default:
+      return true;
+  }
+}
+
+void RunRows(QuantIsa isa, int64_t m, const float* a, int64_t lda, const QuantMatrix& w,
+             const float* xs, int64_t j0, int64_t j1, float* c, int64_t ldc) {
+  const bool int8 = w.format == QuantFormat::kInt8PerChannel;
+  switch (isa) {
+    case QuantIsa::kAvx512:
+      return int8 ? Avx512Int8Rows(m, a, lda, w, j0, j1, c, ldc)
+                  : Avx512Int4Rows(m, a, lda, w, xs, j0, j1, c, ldc);
+    case QuantIsa::kAvx2:
+      return int8 ? Avx2Int8Rows(m, a, lda, w, j0, j1, c, ldc)
+                  : Avx2Int4Rows(m, a, lda, w, xs, j0, j1, c, ldc);
+    default:
+      return int8 ? ScalarInt8Rows(m, a, lda, w, j0, j1, c, ldc)
+                  : ScalarInt4Rows(m, a, lda, w, xs, j0, j1, c, ldc);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Quantize / dequantize.
+
+void QuantizeInt8(int64_t n, int64_t k, const void* w, DType w_dtype, int64_t ldw, uint8_t* q,
+                  float* scales) {
+  const int64_t rb = Int8RowBytes(k);
+#pragma omp parallel for schedule(static) if (n * k >= kMinParallelMacs)
+  for (int64_t j = 0; j < n; ++j) {
+    float amax = 0.f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(LoadAsFloat(w, w_dtype, j * ldw + i)));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    int8_t* qj = reinterpret_cast<int8_t*>(q + j * rb);
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = std::nearbyint(LoadAsFloat(w, w_dtype, j * ldw + i) / scale);
+      qj[i] = static_cast<int8_t>(std::clamp(v, -127.f, 127.f));
+    }
+    for (int64_t i = k; i < rb; ++i) qj[i] = 0;
+    scales[j] = scale;
+  }
+}
+
+void QuantizeInt4(int64_t n, int64_t k, int64_t groupsize, const void* w, DType w_dtype,
+                  int64_t ldw, uint8_t* q, bf16* scales, bf16* zeros) {
+  CCTUNE_CHECK(groupsize >= kInt4BlockSize && groupsize % kInt4BlockSize == 0,
+               "QuantizeInt4: groupsize (", groupsize, ") must be a multiple of 32");
+  const int64_t rb = Int4RowBytes(k), groups = Int4Groups(k, groupsize);
+#pragma omp parallel for schedule(static) if (n * k >= kMinParallelMacs)
+  for (int64_t j = 0; j < n; ++j) {
+    uint8_t* row = q + j * rb;
+    std::fill(row, row + rb, uint8_t{0});
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t i0 = g * groupsize, i1 = std::min(k, i0 + groupsize);
+      float lo = LoadAsFloat(w, w_dtype, j * ldw + i0), hi = lo;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = LoadAsFloat(w, w_dtype, j * ldw + i);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      const bf16 sb = FloatToBf16(std::max(hi - lo, 1e-6f) / 15.f);
+      const float s = Bf16ToFloat(sb);
+      const bf16 zb = FloatToBf16(lo + 8.f * s);
+      const float z = Bf16ToFloat(zb);
+      scales[j * groups + g] = sb;
+      zeros[j * groups + g] = zb;
+      const float min_val = z - 8.f * s;
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = std::nearbyint((LoadAsFloat(w, w_dtype, j * ldw + i) - min_val) / s);
+        const uint8_t nib = static_cast<uint8_t>(std::clamp(v, 0.f, 15.f));
+        const int64_t t = i % kInt4BlockSize;
+        uint8_t& byte = row[(i / kInt4BlockSize) * 16 + (t & 15)];
+        byte |= t < 16 ? nib : static_cast<uint8_t>(nib << 4);
+      }
+    }
+  }
+}
+
+void Dequantize(const QuantMatrix& w, int64_t row0, int64_t rows, float* out, int64_t ldo) {
+  if (w.format == QuantFormat::kInt8PerChannel) {
+    const int64_t rb = Int8RowBytes(w.k);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t j = row0 + r;
+      const int8_t* b = reinterpret_cast<const int8_t*>(w.data + j * rb);
+      const float s = w.scales[j];
+      for (int64_t i = 0; i < w.k; ++i) out[r * ldo + i] = static_cast<float>(b[i]) * s;
+    }
+    return;
+  }
+  const int64_t rb = Int4RowBytes(w.k), groups = Int4Groups(w.k, w.groupsize);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t j = row0 + r;
+    const uint8_t* row = w.data + j * rb;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = Bf16ToFloat(w.scales4[j * groups + g]);
+      const float z = Bf16ToFloat(w.zeros4[j * groups + g]);
+      const int64_t i1 = std::min(w.k, (g + 1) * w.groupsize);
+      for (int64_t i = g * w.groupsize; i < i1; ++i) {
+        const int nib = Nibble(row + (i / kInt4BlockSize) * 16, i % kInt4BlockSize);
+        out[r * ldo + i] = static_cast<float>(nib - 8) * s + z;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM.
+
+namespace quant_internal {
+
+const char* QuantIsaName(QuantIsa isa) {
+  switch (isa) {
+    case QuantIsa::kAvx2:
+      return "avx2";
+    case QuantIsa::kAvx512:
+      return "avx512";
+    default:
+      return "scalar";
+  }
+}
+
+QuantIsa BestQuantIsa() {
+  if (IsaSupported(IsaLevel::kAvx512)) return QuantIsa::kAvx512;
+  if (IsaSupported(IsaLevel::kAvx2)) return QuantIsa::kAvx2;
+  return QuantIsa::kScalar;
+}
+
+void StreamQuantGemmNT(QuantIsa isa, int64_t m, const float* a, int64_t lda, const QuantMatrix& w,
+                       float* c, int64_t ldc) {
+  CCTUNE_CHECK(IsaOk(isa), "QuantGemmNT: path ", QuantIsaName(isa), " is not supported here");
+  if (m <= 0 || w.n <= 0) return;
+  // Grown, never shrunk: no allocation per call once warm.
+  thread_local std::vector<float> xs;
+  if (w.format == QuantFormat::kInt4Grouped) {
+    xs.resize(std::max<size_t>(xs.size(), m * Int4Groups(w.k, w.groupsize)));
+    GroupSums(m, a, lda, w, xs.data());
+  }
+  const float* xsp = xs.data();
+  const int64_t blocks = (w.n + kRowBlock - 1) / kRowBlock;
+  const bool parallel = m * w.n * w.k >= kMinParallelMacs && blocks > 1 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kRowBlock, j1 = std::min(w.n, j0 + kRowBlock);
+    RunRows(isa, m, a, lda, w, xsp, j0, j1, c, ldc);
+  }
+}
+
+void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
+                      int64_t ldc) {
+  if (m <= 0 || w.n <= 0) return;
+  const int64_t panel_rows =
+      std::clamp<int64_t>(kPanelBytes / (4 * std::max<int64_t>(w.k, 1)), 8, 256) / 8 * 8;
+  const int64_t panels = (w.n + panel_rows - 1) / panel_rows;
+#pragma omp parallel for schedule(static) if (panels > 1 && !omp_in_parallel())
+  for (int64_t p = 0; p < panels; ++p) {
+    thread_local std::vector<float> panel;
+    const int64_t j0 = p * panel_rows, rows = std::min(panel_rows, w.n - j0);
+    panel.resize(std::max<size_t>(panel.size(), rows * std::max<int64_t>(w.k, 1)));
+    Dequantize(w, j0, rows, panel.data(), w.k);
+    // Inside this parallel region GemmNT runs on the calling thread.
+    GemmNT(m, rows, w.k, a, lda, panel.data(), DType::kF32, w.k, c + j0, ldc, 0.f);
+  }
+}
+
+}  // namespace quant_internal
+
+void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
+                 int64_t ldc) {
+  if (m <= quant_internal::kMaxStreamRows) {
+    quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a, lda, w, c, ldc);
+  } else {
+    quant_internal::PanelQuantGemmNT(m, a, lda, w, c, ldc);
+  }
+}
+
+}  // namespace cctune::cpu
