@@ -34,6 +34,17 @@ Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias)
   }
 }
 
+Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape, DType weight_dtype)
+    : in_dim_(in_dim),
+      out_dim_(out_dim),
+      weight_(RegisterParameter("weight", std::move(weight_shape), ParameterInit::Zeros(),
+                                weight_dtype)) {
+  CCTUNE_CHECK(in_dim >= 0 && out_dim >= 0, "Linear(", in_dim, ", ", out_dim, ")");
+  if (bias) {
+    bias_ = &RegisterParameter("bias", {out_dim}, ParameterInit::Zeros());
+  }
+}
+
 absl::Status Linear::Forward(Tensor& out, const Tensor& x, ActivationStore* /*store*/,
                              int64_t /*row0*/) const {
   if (!weight_.value.defined()) {

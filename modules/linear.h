@@ -53,6 +53,11 @@ class Linear : public Projection {
   absl::Status Backward(Tensor* dx, const Tensor& dy, const Tensor& x, ActivationStore& store,
                         int64_t row0) const override;
 
+ protected:
+  // For subclasses that store the weight in another form (modules/quantized_linear.h):
+  // "weight" is declared with `weight_shape` and `weight_dtype` instead of [out_dim, in_dim].
+  Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape, DType weight_dtype);
+
  private:
   int64_t in_dim_;
   int64_t out_dim_;
