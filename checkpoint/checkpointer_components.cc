@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/hf.h"
 #include "checkpoint/llama2c.h"
+#include "checkpoint/safetensors.h"
 #include "core/status.h"
 #include "models/llama2c/llama2c.h"
 
@@ -233,6 +234,46 @@ class Llama2cCheckpointer final : public Checkpointer {
   std::string path_;
 };
 
+// Safetensors files in torchtune names (no conversion). Metadata keys "model_args.<key>" give
+// the model-builder arguments the checkpoint fixes (an integer when the value is one).
+class TorchTuneCheckpointer final : public Checkpointer {
+ public:
+  explicit TorchTuneCheckpointer(std::vector<std::string> files) : files_(std::move(files)) {}
+
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+    LoadedCheckpoint out;
+    for (const std::string& path : files_) {
+      CCTUNE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+      CCTUNE_ASSIGN_OR_RETURN(StateDict sd, file.LoadAll());
+      for (auto& [name, t] : sd) {
+        if (!out.state_dict.emplace(name, std::move(t)).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor ", name, " is in more than one checkpoint file (", path, ")"));
+        }
+      }
+      for (const auto& [key, value] : file.metadata()) {
+        auto [it, inserted] = out.metadata.emplace(key, value);
+        if (!inserted && it->second != value) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": metadata ", key, " '", value, "' differs from the other files' '",
+              it->second, "'"));
+        }
+      }
+      out.files.push_back(path);
+    }
+    for (const auto& [key, value] : out.metadata) {
+      if (!absl::StartsWith(key, "model_args.")) continue;
+      int64_t v;
+      out.model_args.Set(key.substr(11), absl::SimpleAtoi(value, &v) ? ConfigNode::Int(v)
+                                                                    : ConfigNode::String(value));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::string> files_;
+};
+
 }  // namespace
 
 void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<ConfigError>* errors) {
@@ -349,6 +390,24 @@ absl::Status RegisterCheckpointers() {
           }
           return std::unique_ptr<Checkpointer>(new Llama2cCheckpointer(files[0]));
         }));
+    CCTUNE_RETURN_IF_ERROR(r.Register(
+        "cctune.training.FullModelTorchTuneCheckpointer",
+        CommonSchema("safetensors files in torchtune names (e.g. the quantize recipe's output)")
+            .Optional("model_type", KeyType::String(), "torchtune ModelType (informational)"),
+        [](const ConfigNode& node) -> absl::StatusOr<std::unique_ptr<Checkpointer>> {
+          CCTUNE_RETURN_IF_ERROR(RejectUnsupported(node));
+          CCTUNE_ASSIGN_OR_RETURN(std::vector<std::string> files, ExistingFiles(node));
+          for (const std::string& f : files) {
+            if (!absl::EndsWith(f, ".safetensors")) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "checkpoint file '", f, "' is not a .safetensors file (the quantize recipe "
+                  "writes <name>-<mode>.safetensors)"));
+            }
+          }
+          return std::unique_ptr<Checkpointer>(new TorchTuneCheckpointer(std::move(files)));
+        }));
+    CCTUNE_RETURN_IF_ERROR(r.AddAlias("torchtune.utils.FullModelTorchTuneCheckpointer",
+                                      "cctune.training.FullModelTorchTuneCheckpointer"));
     return absl::OkStatus();
   }();
   return status;

@@ -2,11 +2,16 @@
 //   cctune.training.FullModelHFCheckpointer   (torchtune.training.FullModelHFCheckpointer,
 //                                              torchtune.utils.FullModelHFCheckpointer)
 //   cctune.training.Llama2cCheckpointer       (a llama2.c .bin file)
+//   cctune.training.FullModelTorchTuneCheckpointer (torchtune.training.FullModelTorchTuneCheckpointer,
+//                                              torchtune.utils.FullModelTorchTuneCheckpointer):
+//                                              safetensors files already in torchtune names, as
+//                                              the quantize recipe writes them
 // A checkpointer loads a StateDict in torchtune names, plus the model-builder arguments the
 // checkpoint itself determines (a llama2.c header fixes the architecture).
 #ifndef CCTUNE_CHECKPOINT_CHECKPOINTER_COMPONENTS_H_
 #define CCTUNE_CHECKPOINT_CHECKPOINTER_COMPONENTS_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +46,9 @@ struct LoadedCheckpoint {
   ConfigNode model_args = ConfigNode::Map();
   std::vector<std::string> files;  // what was read
   CheckpointModelSizes sizes;
+  // The files' safetensors __metadata__ (FullModelTorchTuneCheckpointer; e.g. the quantizer a
+  // quantized checkpoint was made with, models/quantization.h).
+  std::map<std::string, std::string> metadata;
 };
 
 // InvalidArgument naming both values when `model` (built from the config's model node)

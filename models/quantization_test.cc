@@ -37,7 +37,7 @@ TEST(QuantizerRegistryTest, BuildsBothQuantizersUnderEverySpelling) {
   ASSERT_TRUE(q4.ok()) << q4.status();
   EXPECT_EQ(q4->format, QuantFormat::kInt4Grouped);
   EXPECT_EQ(q4->groupsize, 64);
-  EXPECT_EQ(q4->Mode(), "int4wo-64");
+  EXPECT_EQ(q4->Mode(), "4w");
   auto dflt = QuantizerRegistry().Instantiate(
       Node("_component_: cctune.training.quantization.Int4WeightOnlyQuantizer"));
   ASSERT_TRUE(dflt.ok());

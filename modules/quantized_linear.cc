@@ -13,7 +13,7 @@ std::string WeightQuantization::QuantizerName() const {
 }
 
 std::string WeightQuantization::Mode() const {
-  return format == QuantFormat::kInt8PerChannel ? "int8wo" : absl::StrCat("int4wo-", groupsize);
+  return format == QuantFormat::kInt8PerChannel ? "8w" : "4w";
 }
 
 Shape QuantizedWeightShape(const WeightQuantization& q, int64_t in_dim, int64_t out_dim) {

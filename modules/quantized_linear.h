@@ -32,7 +32,7 @@ struct WeightQuantization {
 
   // "Int8WeightOnlyQuantizer" / "Int4WeightOnlyQuantizer" (torchtune's class names).
   std::string QuantizerName() const;
-  // torchtune's quantization mode strings: "int8wo", "int4wo-<groupsize>" (file suffixes).
+  // torchtune's quantization mode strings, "8w" and "4w" (the quantize recipe's file suffix).
   std::string Mode() const;
   bool operator==(const WeightQuantization& o) const {
     return format == o.format && (format != cpu::QuantFormat::kInt4Grouped || groupsize == o.groupsize);

@@ -20,6 +20,7 @@
 #include "recipes/builtin_configs.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
+#include "recipes/quantize_recipe.h"
 #include "recipes/lora_finetune_single_device.h"
 #include "recipes/recipe_main.h"
 
@@ -334,6 +335,7 @@ const std::vector<RecipeInfo>& Recipes() {
       info(LoRAFinetuneRecipe(),
            {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
             "llama3_2/1B_lora_single_device"}),
+      info(QuantizeRecipe(), {"llama2c/quantization"}),
   };
   return *recipes;
 }

@@ -16,10 +16,12 @@
 #include "core/status.h"
 #include "generation/generate.h"
 #include "generation/model_loader.h"
+#include "models/quantization.h"
 #include "models/registry.h"
 #include "modules/attention.h"
 #include "recipes/builtin_configs.h"
 #include "recipes/config_checks.h"
+#include "recipes/quantize_recipe.h"
 #include "tokenizers/prompt_template.h"
 #include "tokenizers/tokenizer_components.h"
 
@@ -41,11 +43,6 @@ absl::Status Probability(const ConfigNode& node) {
     return absl::InvalidArgumentError(absl::StrCat("must be in (0, 1], got ", node.text()));
   }
   return absl::OkStatus();
-}
-
-absl::Status MustBeNull(const ConfigNode& node) {
-  if (node.IsNull()) return absl::OkStatus();
-  return absl::UnimplementedError("quantization is not supported yet; set quantizer: null");
 }
 
 Schema PromptSchema() {
@@ -88,8 +85,10 @@ Schema BuildSchema() {
       .Default("kv_cache_layout", KeyType::Enum({"grouped", "expanded"}),
                ConfigNode::String("grouped"),
                "grouped: n_kv heads cached; expanded: n_h heads (torchtune before #1961)")
-      .Default("quantizer", KeyType::Any().OrNull(), ConfigNode::Null(), "must be null")
-      .Check("quantizer", MustBeNull);
+      .Default("quantizer", KeyType::Component("quantizer").OrNull(), ConfigNode::Null(),
+               "weight-only quantizer (cctune.training.quantization.Int8WeightOnlyQuantizer / "
+               "Int4WeightOnlyQuantizer; CPU): quantizes a full-precision checkpoint at load, "
+               "and must match a checkpoint the quantize recipe wrote (null: none)");
 }
 
 double Gb(double bytes) { return bytes / 1e9; }
@@ -105,6 +104,7 @@ absl::Status RegisterGenerateComponents() {
   CCTUNE_RETURN_IF_ERROR(RegisterModelComponents());
   CCTUNE_RETURN_IF_ERROR(RegisterCheckpointers());
   CCTUNE_RETURN_IF_ERROR(RegisterTokenizers());
+  CCTUNE_RETURN_IF_ERROR(RegisterQuantizers());
   return absl::OkStatus();
 }
 
@@ -151,8 +151,15 @@ absl::Status RunGenerateRecipe(const Config& config) {
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
                           CheckpointerRegistry().InstantiateKey(root, "checkpointer"));
   CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
+  if (const ConfigNode* q = root.Find("quantizer"); q != nullptr && !q->IsNull() &&
+                                                    !device.is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "quantizer: the quantized kernels run on the CPU only; set device: cpu (got ",
+        device.ToString(), ")"));
+  }
+  // The model component, or its quantized form (the `quantizer` key; recipes/quantize_recipe.h).
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
-                          ModelComponentRegistry().InstantiateKey(root, "model", ckpt.model_args));
+                          BuildModelForCheckpoint(root, ckpt));
   CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*model, ckpt));
   CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
                           LoadWeights(*model, ckpt.state_dict, dtype, device));

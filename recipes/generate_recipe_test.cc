@@ -59,7 +59,7 @@ TEST_F(ValidateGenerateConfigTest, ValueChecks) {
       "dtype: fp16\ndevice: gpu\nkv_cache_layout: paged\n");
   ASSERT_EQ(p.size(), 7u) << ::testing::PrintToString(p);
   const std::string all = ::testing::PrintToString(p);
-  EXPECT_THAT(all, HasSubstr("quantization is not supported"));
+  EXPECT_THAT(all, HasSubstr("key 'quantizer': missing _component_"));
   EXPECT_THAT(all, HasSubstr("key 'top_p': must be in (0, 1]"));
   EXPECT_THAT(all, HasSubstr("key 'temperature': must be >= 0"));
   EXPECT_THAT(all, HasSubstr("key 'top_k': must be in [1, 2147483647], got 0"));
