@@ -34,7 +34,8 @@ for cu in "$repo"/kernels/cuda/*.cu; do
   python3 "$emu_dir/prep.py" "$cu" "$out/gen/$(basename "$cu" .cu).cc"
 done
 srcs=($(ls "$repo"/core/*.cc "$repo"/kernels/*.cc "$repo"/kernels/cpu/*.cc \
-           "$repo"/kernels/cpu/gemm/*.cc "$repo"/kernels/cuda/*.cc | grep -v -e _test.cc -e _bench.cc)
+           "$repo"/kernels/cpu/gemm/*.cc "$repo"/kernels/cpu/quant/*.cc "$repo"/kernels/cuda/*.cc |
+        grep -v -e _test.cc -e _bench.cc)
       "$out"/gen/*.cc "$emu_dir/emu.cc")
 # Extra packages ($CCTUNE_EMU_EXTRA): their sources, and C++ generated from their protos.
 # "pkg/..." is pkg and every folder below it, as in Bazel.
@@ -97,7 +98,7 @@ if (( ${#extra_pkgs[@]} > 0 )); then
 fi
 # Any header change rebuilds everything (cheap enough, and never stale).
 stamp="$out/obj/headers.stamp"
-newest_header="$(ls -t "$repo"/core/*.h "$repo"/kernels/*.h "$repo"/kernels/cpu/*.h \
+newest_header="$(ls -t "$repo"/core/*.h "$repo"/kernels/*.h "$repo"/kernels/cpu/*.h "$repo"/kernels/cpu/quant/*.h \
                        "$repo"/kernels/cuda/*.h "$repo"/kernels/cuda/*.cuh \
                        "$emu_dir"/include/*.h "${extra_headers[@]}" | head -1 || true)"  # head closing the pipe early is not an error
 if [[ ! -f "$stamp" || "$newest_header" -nt "$stamp" ]]; then rm -f "$out"/obj/*.o; fi
