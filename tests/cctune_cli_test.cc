@@ -40,7 +40,8 @@ const std::vector<std::string>& BuiltinNames() {
                                    "llama3_2/1B_full_single_device",
                                    "demo/lora_finetune",
                                    "llama3_1/8B_lora_single_device",
-                                   "llama3_2/1B_lora_single_device"};
+                                   "llama3_2/1B_lora_single_device",
+                                   "llama2c/quantization"};
   return *names;
 }
 
