@@ -218,6 +218,7 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
   ctx.tokenizer = tok.tokenizer.get();
   ctx.prompt_format = tok.prompt_format;
   ctx.max_seq_len = tok.max_seq_len.value_or(0);
+  ctx.truncate_left = tok.truncate_left;
   CCTUNE_ASSIGN_OR_RETURN(data.dataset, DatasetRegistry().InstantiateKey(root, "dataset", ctx));
   DataLoaderOptions lo;
   lo.batch_size = s.batch_size;

@@ -85,7 +85,7 @@ class Optimizer {
   // or hyperparameter and the values; on error nothing is changed.
   virtual absl::Status ImportState(const OptimizerState& state) = 0;
   // Bytes held by the optimizer state.
-  int64_t StateBytes() const;
+  virtual int64_t StateBytes() const;
 
  protected:
   Optimizer(std::vector<ParamBuffer> buffers, double lr) : buffers_(std::move(buffers)), lr_(lr) {}

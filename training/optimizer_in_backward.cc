@@ -123,6 +123,12 @@ int64_t OptimizerInBackward::GradientBytes() const {
   return bytes;
 }
 
+int64_t OptimizerInBackward::StateBytes() const {
+  int64_t bytes = 0;
+  for (const Stage& s : stages_) bytes += s.optimizer->StateBytes();
+  return bytes;
+}
+
 void OptimizerInBackward::Attach(DecoderTrainer& trainer) {
   trainer.set_gradient_ready_hook([this](int stage) { return OnGradientsReady(stage); });
 }

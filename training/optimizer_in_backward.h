@@ -69,6 +69,8 @@ class OptimizerInBackward final : public Optimizer {
   absl::Status ZeroGrad() override;
   OptimizerState ExportState() const override;
   absl::Status ImportState(const OptimizerState& state) override;
+  // The stages' optimizers' state.
+  int64_t StateBytes() const override;
 
   // The trainer's gradients, by parameter name (the layers' share storage).
   const std::vector<std::pair<std::string, Tensor>>& gradients() const { return gradients_; }
