@@ -21,14 +21,8 @@ ConfigNode FloatList(std::vector<double> values) {
   return ConfigNode::List(std::move(items));
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdamW(const ConfigNode& node,
-                                                     const std::vector<ParamBuffer>& buffers) {
-  CCTUNE_ASSIGN_OR_RETURN(std::optional<bool> fused, node.GetOptionalBool("fused"));
-  if (!fused.value_or(true)) {
-    return absl::UnimplementedError(
-        "optimizer.fused: false is not supported; AdamW here is always one fused pass over "
-        "the parameter arena (use true or null)");
-  }
+// lr, betas, eps and weight_decay of an AdamW-style optimizer node.
+absl::StatusOr<AdamWOptions> ReadAdamWOptions(const ConfigNode& node) {
   AdamWOptions o;
   CCTUNE_ASSIGN_OR_RETURN(o.lr, node.GetFloat("lr"));
   CCTUNE_ASSIGN_OR_RETURN(std::vector<double> betas, node.GetList<double>("betas"));
@@ -40,6 +34,18 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdamW(const ConfigNode& node,
   o.beta2 = betas[1];
   CCTUNE_ASSIGN_OR_RETURN(o.eps, node.GetFloat("eps"));
   CCTUNE_ASSIGN_OR_RETURN(o.weight_decay, node.GetFloat("weight_decay"));
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> MakeAdamW(const ConfigNode& node,
+                                                     const std::vector<ParamBuffer>& buffers) {
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<bool> fused, node.GetOptionalBool("fused"));
+  if (!fused.value_or(true)) {
+    return absl::UnimplementedError(
+        "optimizer.fused: false is not supported; AdamW here is always one fused pass over "
+        "the parameter arena (use true or null)");
+  }
+  CCTUNE_ASSIGN_OR_RETURN(const AdamWOptions o, ReadAdamWOptions(node));
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> opt, AdamW::Create(buffers, o));
   return std::unique_ptr<Optimizer>(std::move(opt));
 }
@@ -52,16 +58,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> MakeBnbAdamW(const ConfigNode& node,
                                                         const std::vector<ParamBuffer>& buffers,
                                                         bool eight_bit_class) {
   AdamW8bitOptions o;
-  CCTUNE_ASSIGN_OR_RETURN(o.adamw.lr, node.GetFloat("lr"));
-  CCTUNE_ASSIGN_OR_RETURN(std::vector<double> betas, node.GetList<double>("betas"));
-  if (betas.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("betas: expected [beta1, beta2], got ", betas.size(), " values"));
-  }
-  o.adamw.beta1 = betas[0];
-  o.adamw.beta2 = betas[1];
-  CCTUNE_ASSIGN_OR_RETURN(o.adamw.eps, node.GetFloat("eps"));
-  CCTUNE_ASSIGN_OR_RETURN(o.adamw.weight_decay, node.GetFloat("weight_decay"));
+  CCTUNE_ASSIGN_OR_RETURN(o.adamw, ReadAdamWOptions(node));
   CCTUNE_ASSIGN_OR_RETURN(o.min_8bit_size, node.GetInt("min_8bit_size"));
   CCTUNE_ASSIGN_OR_RETURN(bool amsgrad, node.GetBool("amsgrad"));
   if (amsgrad) {
