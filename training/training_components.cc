@@ -21,6 +21,16 @@ ConfigNode FloatList(std::vector<double> values) {
   return ConfigNode::List(std::move(items));
 }
 
+// betas, eps and weight_decay (torch's defaults; bitsandbytes' are the same).
+Schema& AddAdamWKeys(Schema& schema) {
+  return schema
+      .Default("betas", KeyType::List(KeyType::Float()), FloatList({0.9, 0.999}),
+               "[beta1, beta2]")
+      .Default("eps", KeyType::Float(), ConfigNode::Float(1e-8), "denominator epsilon")
+      .Default("weight_decay", KeyType::Float(), ConfigNode::Float(0.01),
+               "decoupled weight decay");
+}
+
 // lr, betas, eps and weight_decay of an AdamW-style optimizer node.
 absl::StatusOr<AdamWOptions> ReadAdamWOptions(const ConfigNode& node) {
   AdamWOptions o;
@@ -99,12 +109,8 @@ Schema BnbAdamWSchema(bool eight_bit_class) {
                 "dynamic quantization map; about 2 bytes of state per parameter), CPU"
               : "bitsandbytes' AdamW: AdamW (optim_bits 32) or AdamW8bit (optim_bits 8)");
   schema.Default("lr", KeyType::Float(), ConfigNode::Float(1e-3), "learning rate")
-      .Check("lr", NonNegative)
-      .Default("betas", KeyType::List(KeyType::Float()), FloatList({0.9, 0.999}),
-               "[beta1, beta2]")
-      .Default("eps", KeyType::Float(), ConfigNode::Float(1e-8), "denominator epsilon")
-      .Default("weight_decay", KeyType::Float(), ConfigNode::Float(0.01),
-               "decoupled weight decay")
+      .Check("lr", NonNegative);
+  AddAdamWKeys(schema)
       .Default("amsgrad", KeyType::Bool(), ConfigNode::Bool(false), "only false")
       .Default("min_8bit_size", KeyType::Int().InRange(0, 1e15), ConfigNode::Int(4096),
                "buffers with fewer elements keep f32 moments")
@@ -159,14 +165,9 @@ absl::Status RegisterTrainingComponents() {
     OptimizerRegistryT& opt = OptimizerRegistry();
     CCTUNE_RETURN_IF_ERROR(opt.Register(
         "cctune.optim.AdamW",
-        Schema("", "AdamW (decoupled weight decay), fused over the parameter arena")
-            .Required("lr", KeyType::Float(), "learning rate")
-            .Check("lr", NonNegative)
-            .Default("betas", KeyType::List(KeyType::Float()), FloatList({0.9, 0.999}),
-                     "[beta1, beta2]")
-            .Default("eps", KeyType::Float(), ConfigNode::Float(1e-8), "denominator epsilon")
-            .Default("weight_decay", KeyType::Float(), ConfigNode::Float(0.01),
-                     "decoupled weight decay")
+        AddAdamWKeys(Schema("", "AdamW (decoupled weight decay), fused over the parameter arena")
+                         .Required("lr", KeyType::Float(), "learning rate")
+                         .Check("lr", NonNegative))
             .Default("fused", KeyType::Bool().OrNull(), ConfigNode::Null(),
                      "null or true: the update is always one fused pass over the arena"),
         MakeAdamW));
