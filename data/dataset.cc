@@ -97,9 +97,11 @@ absl::StatusOr<Dataset> SelectSplit(const Dataset& dataset, const std::string& s
 }
 
 absl::StatusOr<Sample> SampleFromMessages(const Tokenizer& tokenizer, PromptFormat format,
-                                          absl::Span<const Message> messages, int64_t max_seq_len) {
+                                          absl::Span<const Message> messages, int64_t max_seq_len,
+                                          bool truncate_left) {
   TokenizeMessagesOptions options;
   options.max_seq_len = max_seq_len;
+  options.truncate_left = truncate_left;
   CCTUNE_ASSIGN_OR_RETURN(TokenizedMessages t,
                           TokenizeMessages(tokenizer, format, messages, options));
   Sample s;

@@ -67,9 +67,11 @@ absl::StatusOr<std::string> SplitName(const std::string& split);
 absl::StatusOr<Dataset> SliceSplit(const Dataset& dataset, const std::string& split);
 
 // Tokenizes `messages` with `format` (truncating to max_seq_len when > 0, as the template
-// does) and turns the loss mask into labels.
+// does; truncate_left: keeping the last tokens, TokenizeMessagesOptions) and turns the loss
+// mask into labels.
 absl::StatusOr<Sample> SampleFromMessages(const Tokenizer& tokenizer, PromptFormat format,
-                                          absl::Span<const Message> messages, int64_t max_seq_len);
+                                          absl::Span<const Message> messages, int64_t max_seq_len,
+                                          bool truncate_left = false);
 
 }  // namespace cctune
 

@@ -232,6 +232,7 @@ Result MakeInstruct(const ConfigNode& node, const DatasetContext& ctx, InstructT
   CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
   CCTUNE_ASSIGN_OR_RETURN(o.messages.new_system_prompt, SystemPrompt(node));
   o.max_seq_len = ctx.max_seq_len;
+  o.truncate_left = ctx.truncate_left;
   CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadInstructDataset(*ctx.tokenizer, ctx.prompt_format, o));
   return Finish(std::move(ds), node, ctx);
 }
@@ -258,6 +259,7 @@ Result MakeChat(const ConfigNode& node, const DatasetContext& ctx,
   CCTUNE_ASSIGN_OR_RETURN(o.messages.train_on_input, node.GetBool("train_on_input"));
   CCTUNE_ASSIGN_OR_RETURN(o.messages.new_system_prompt, SystemPrompt(node));
   o.max_seq_len = ctx.max_seq_len;
+  o.truncate_left = ctx.truncate_left;
   CCTUNE_ASSIGN_OR_RETURN(Dataset ds, LoadChatDataset(*ctx.tokenizer, ctx.prompt_format, o));
   return Finish(std::move(ds), node, ctx);
 }

@@ -43,6 +43,9 @@ struct DatasetContext {
   const Tokenizer* tokenizer = nullptr;
   PromptFormat prompt_format = PromptFormat::kNone;
   int64_t max_seq_len = 0;  // 0: none (packed: true then fails)
+  // The tokenizer's truncation_type is left: instruct and chat samples keep their last
+  // max_seq_len tokens (text completion samples are always cut on the right, as torchtune's).
+  bool truncate_left = false;
 };
 
 using DatasetRegistryT = Registry<std::shared_ptr<const Dataset>, const DatasetContext&>;

@@ -1,5 +1,6 @@
 #include "data/dataset_components.h"
 
+#include <algorithm>
 #include <set>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizers/byte_tokenizer.h"
+#include "tokenizers/test_vectors.h"
+#include "tokenizers/tokenizer_components.h"
 
 namespace cctune {
 namespace {
@@ -78,6 +81,55 @@ TEST(DatasetComponentsTest, PackedChatAndTextCompletion) {
   ASSERT_FALSE(instruct.ok());
   EXPECT_THAT(std::string(instruct.status().message()),
               HasSubstr("missing_column.jsonl:2: no column 'output'"));
+}
+
+// The tokenizer's truncation_type reaches the instruct datasets: with left, a long sample
+// keeps its last max_seq_len tokens (the last becomes EOS, mask 1), with right its first.
+TEST(DatasetComponentsTest, QwenTruncationTypeLeftKeepsTheLastTokens) {
+  CCTUNE_CHECK_OK(RegisterDatasets());
+  CCTUNE_CHECK_OK(RegisterTokenizers());
+  const std::string vocab = ValueOrDie(testing::TokenizerFixturePath("qwen_bpe_vocab.json"));
+  const std::string merges = ValueOrDie(testing::TokenizerFixturePath("qwen_bpe_merges.txt"));
+  auto samples = [&](const std::string& truncation, int64_t max_seq_len) {
+    Config tc = ValueOrDie(Config::FromString(
+        absl::StrCat("tokenizer:\n  _component_: torchtune.models.qwen2_5.qwen2_5_tokenizer\n"
+                     "  path: ", vocab, "\n  merges_file: ", merges,
+                     "\n  truncation_type: ", truncation, "\n"),
+        "tok.yaml"));
+    static std::vector<TokenizerComponent>* keep = new std::vector<TokenizerComponent>();
+    keep->push_back(ValueOrDie(TokenizerRegistry().InstantiateKey(tc.root(), "tokenizer")));
+    const TokenizerComponent& tok = keep->back();
+    DatasetContext ctx;
+    ctx.tokenizer = tok.tokenizer.get();
+    ctx.prompt_format = tok.prompt_format;
+    ctx.max_seq_len = max_seq_len;
+    ctx.truncate_left = tok.truncate_left;
+    Config dc = ValueOrDie(Config::FromString(
+        "dataset:\n  _component_: torchtune.datasets.alpaca_dataset\n"
+        "  source: data/testdata/alpaca.jsonl\n",
+        "ds.yaml"));
+    auto ds = ValueOrDie(DatasetRegistry().InstantiateKey(dc.root(), "dataset", ctx));
+    return std::make_pair((*ds)[0], tok.tokenizer->eos_id());
+  };
+  const auto [full, eos] = samples("left", 0);
+  const size_t n = 12;
+  ASSERT_GT(full.tokens.size(), n + 4);
+  const Sample left = samples("left", n).first;
+  const Sample right = samples("right", n).first;
+  ASSERT_EQ(left.tokens.size(), n);
+  ASSERT_EQ(right.tokens.size(), n);
+  for (size_t i = 0; i + 1 < n; ++i) EXPECT_EQ(right.tokens[i], full.tokens[i]) << i;
+  // As torchtune's tokenize_messages: messages are added until max_seq_len is reached, then
+  // the result is cut from the left, so the kept tokens are a later run of the full sample's.
+  size_t offset = 0;
+  for (size_t k = 1; k + n - 1 <= full.tokens.size() && offset == 0; ++k) {
+    if (std::equal(left.tokens.begin(), left.tokens.end() - 1, full.tokens.begin() + k)) {
+      offset = k;
+    }
+  }
+  EXPECT_GT(offset, 0u) << "the left-truncated tokens are not a later run of the sample's";
+  EXPECT_EQ(left.tokens.back(), eos);
+  EXPECT_EQ(right.tokens.back(), eos);
 }
 
 TEST(DatasetComponentsTest, ConfigErrors) {

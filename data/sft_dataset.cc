@@ -17,7 +17,8 @@ using ToMessages = std::function<absl::StatusOr<std::vector<Message>>(const Json
 // are const); the first failing record, in file order, is the error.
 absl::StatusOr<Dataset> Build(const Tokenizer& tokenizer, PromptFormat format,
                               const std::string& source, const std::vector<std::string>& files,
-                              int64_t max_seq_len, const ToMessages& to_messages) {
+                              int64_t max_seq_len, bool truncate_left,
+                              const ToMessages& to_messages) {
   if (max_seq_len < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset '", source, "': max_seq_len (", max_seq_len, ") must be >= 0"));
@@ -36,7 +37,7 @@ absl::StatusOr<Dataset> Build(const Tokenizer& tokenizer, PromptFormat format,
         errors[i] = messages.status();
         continue;
       }
-      absl::StatusOr<Sample> s = SampleFromMessages(tokenizer, format, *messages, max_seq_len);
+      absl::StatusOr<Sample> s = SampleFromMessages(tokenizer, format, *messages, max_seq_len, truncate_left);
       if (!s.ok()) {
         errors[i] = absl::Status(s.status().code(),
                                  absl::StrCat(records.Where(i), ": ", s.status().message()));
@@ -60,6 +61,7 @@ absl::StatusOr<Dataset> LoadInstructDataset(const Tokenizer& tokenizer, PromptFo
   }
   return Build(
       tokenizer, format, options.source, options.files, options.max_seq_len,
+      options.truncate_left,
       [&](const JsonRecords& r, size_t i) { return InstructToMessages(r, i, options.messages); });
 }
 
@@ -67,6 +69,7 @@ absl::StatusOr<Dataset> LoadChatDataset(const Tokenizer& tokenizer, PromptFormat
                                         const ChatDatasetOptions& options) {
   return Build(
       tokenizer, format, options.source, options.files, options.max_seq_len,
+      options.truncate_left,
       [&](const JsonRecords& r, size_t i) { return ChatToMessages(r, i, options.messages); });
 }
 

@@ -27,6 +27,7 @@ struct InstructDatasetOptions {
   std::vector<std::string> files;  // read in order instead of `source` when not empty
   InstructOptions messages;
   int64_t max_seq_len = 0;  // 0: no truncation
+  bool truncate_left = false;  // keep the last max_seq_len tokens (qwen2_5_chat)
 };
 
 struct ChatDatasetOptions {
@@ -34,6 +35,7 @@ struct ChatDatasetOptions {
   std::vector<std::string> files;
   ChatOptions messages;
   int64_t max_seq_len = 0;
+  bool truncate_left = false;
 };
 
 // Errors name the file, the record's line and the column (or message) at fault.

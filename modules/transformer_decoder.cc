@@ -220,7 +220,8 @@ absl::Status TransformerDecoder::ForwardHidden(Tensor& hidden, const Tensor& tok
 
 absl::Status TransformerDecoder::Backward(const Tensor& dhidden, const Tensor& tokens,
                                           const Tensor* mask, const Tensor* input_pos,
-                                          Activations& acts, ActivationStore& store) {
+                                          Activations& acts, ActivationStore& store,
+                                          const std::function<absl::Status(int)>& after_stage) {
   const size_t num_layers = layers_.size();
   const int64_t b = tokens.size(0), s = tokens.size(1), n = b * s, d = embed_dim();
   if (acts.hs.size() != num_layers + 1 || dhidden.shape() != Shape{b, s, d}) {
@@ -238,12 +239,16 @@ absl::Status TransformerDecoder::Backward(const Tensor& dhidden, const Tensor& t
     CCTUNE_ASSIGN_OR_RETURN(Tensor h_rows, acts.hs[num_layers].View({n, d}));
     CCTUNE_RETURN_IF_ERROR(norm_->Backward(dh_rows, dy_rows, h_rows, store));
   }
+  if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(static_cast<int>(num_layers)));
   for (size_t i = num_layers; i-- > 0;) {
     TransformerSelfAttentionLayer::Activations& la = acts.layers[acts.checkpointing ? 0 : i];
     absl::Status st = layers_[i]->Backward(dh, acts.hs[i], mask, input_pos, la, store);
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
+    if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(static_cast<int>(i)));
   }
-  return tok_embeddings_->Backward(dh, tokens, store);
+  CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Backward(dh, tokens, store));
+  if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(-1));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> TransformerDecoder::operator()(const Tensor& tokens, const Tensor* mask,

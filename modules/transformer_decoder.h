@@ -14,6 +14,7 @@
 #define CCTUNE_MODULES_TRANSFORMER_DECODER_H_
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -95,8 +96,12 @@ class TransformerDecoder : public Module {
   // From dhidden [b, s, d] (the gradient of ForwardHidden's output) down to the embedding:
   // the final norm's, then every layer's Backward in reverse, then the table's. Parameter
   // gradients are added to the store's views. tokens, mask and input_pos are the forward's.
+  // `after_stage`, when set, runs as each part's parameter gradients are complete: with
+  // num_layers() after the final norm's backward, i after layer i's, and -1 after the
+  // table's (optimizer_in_bwd updates those parameters there; an error ends the backward).
   absl::Status Backward(const Tensor& dhidden, const Tensor& tokens, const Tensor* mask,
-                        const Tensor* input_pos, Activations& acts, ActivationStore& store);
+                        const Tensor* input_pos, Activations& acts, ActivationStore& store,
+                        const std::function<absl::Status(int stage)>& after_stage = nullptr);
   // A new f32 logits tensor on the parameters' device.
   absl::StatusOr<Tensor> operator()(const Tensor& tokens, const Tensor* mask = nullptr,
                                     const Tensor* input_pos = nullptr);

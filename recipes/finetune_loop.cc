@@ -92,7 +92,10 @@ Schema FinetuneRecipeSchema(const std::string& name, const std::string& doc,
       .Default("enable_activation_offloading", KeyType::Bool(), ConfigNode::Bool(false),
                "accepted for torchtune configs; ignored (activations stay on the device)")
       .Default("compile", KeyType::Bool(), ConfigNode::Bool(false), "accepted; ignored")
-      .Default("optimizer_in_bwd", KeyType::Bool(), ConfigNode::Bool(false), "must be false")
+      .Default("optimizer_in_bwd", KeyType::Bool(), ConfigNode::Bool(false),
+               "update each parameter as soon as its gradient is complete in the backward "
+               "(no full gradient arena); not with clip_grad_norm or "
+               "gradient_accumulation_steps > 1")
       .Default("dtype", KeyType::Enum({"fp32", "bf16"}), ConfigNode::String("fp32"),
                "parameter dtype (bf16 keeps f32 master copies in the optimizer)")
       .Default("device", KeyType::String(), ConfigNode::String("cpu"),
@@ -193,8 +196,18 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
     CCTUNE_ASSIGN_OR_RETURN(s.seed, ChooseSeed(s.output_dir, s.resume));
     LogInfo("Using seed %lld", static_cast<long long>(s.seed));
   }
-  CCTUNE_ASSIGN_OR_RETURN(bool opt_in_bwd, root.GetBool("optimizer_in_bwd"));
-  if (opt_in_bwd) return absl::UnimplementedError("optimizer_in_bwd: true is not supported");
+  CCTUNE_ASSIGN_OR_RETURN(s.optimizer_in_bwd, root.GetBool("optimizer_in_bwd"));
+  // torchtune's checks and messages (full_finetune_single_device.py).
+  if (s.optimizer_in_bwd && s.clip_grad_norm.has_value()) {
+    return absl::InvalidArgumentError(
+        "Gradient clipping is not supported with optimizer in bwd. Please set "
+        "clip_grad_norm=None, or optimizer_in_bwd=False.");
+  }
+  if (s.optimizer_in_bwd && s.accum > 1) {
+    return absl::InvalidArgumentError(
+        "Gradient accumulation is not supported with optimizer in bwd. Please set "
+        "gradient_accumulation_steps=1, or optimizer_in_bwd=False.");
+  }
   return s;
 }
 
@@ -205,6 +218,7 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
   ctx.tokenizer = tok.tokenizer.get();
   ctx.prompt_format = tok.prompt_format;
   ctx.max_seq_len = tok.max_seq_len.value_or(0);
+  ctx.truncate_left = tok.truncate_left;
   CCTUNE_ASSIGN_OR_RETURN(data.dataset, DatasetRegistry().InstantiateKey(root, "dataset", ctx));
   DataLoaderOptions lo;
   lo.batch_size = s.batch_size;

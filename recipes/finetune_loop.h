@@ -58,6 +58,7 @@ struct FinetuneSettings {
   std::optional<int64_t> max_steps_per_epoch;
   int64_t accum = 1;  // gradient_accumulation_steps
   std::optional<double> clip_grad_norm;
+  bool optimizer_in_bwd = false;  // updates in the backward (training/optimizer_in_backward.h)
   bool activation_checkpointing = false;
   int64_t log_every = 1;
   bool log_memory = true;
@@ -71,7 +72,8 @@ struct FinetuneSettings {
 };
 // Sets the process's log level (core/log.h) from `log_level` first.
 // `seed: null` takes ChooseSeed's (logged as "Using seed N").
-// Unimplemented for optimizer_in_bwd: true; the device's error when it is not usable.
+// optimizer_in_bwd: true with clip_grad_norm or gradient_accumulation_steps > 1 is
+// InvalidArgument with torchtune's messages; the device's error when it is not usable.
 absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root);
 
 // torchtune's spellings of our validation keys: {ours, torchtune's}.

@@ -15,6 +15,7 @@
 #include "models/registry.h"
 #include "tokenizers/tokenizer_components.h"
 #include "training/metric_logger_components.h"
+#include "training/optimizer_in_backward.h"
 #include "training/recipe_state.h"
 #include "training/training_components.h"
 
@@ -109,21 +110,40 @@ class FinetuneRun {
   // The gradient arena of what trains, the trainer and the optimizer over them, and the
   // loss component's settings on the trainer.
   absl::Status OptimizerStep() {
-    CCTUNE_ASSIGN_OR_RETURN(const ParameterLayout trainable,
-                            strategy_.TrainableLayout(*model_, params_));
-    CCTUNE_ASSIGN_OR_RETURN(grads_, ParameterArena::Allocate(trainable, s_.device));
+    CCTUNE_ASSIGN_OR_RETURN(trainable_, strategy_.TrainableLayout(*model_, params_));
     DecoderTrainerOptions options;
     options.activation_checkpointing = s_.activation_checkpointing;
     strategy_.ConfigureTrainer(&options);
-    CCTUNE_ASSIGN_OR_RETURN(trainer_, DecoderTrainer::Create(model_.get(), &grads_, options));
+    if (s_.optimizer_in_bwd) {
+      // One optimizer per backward stage over per-parameter buffers, updated by the trainer's
+      // gradient-ready hook; only one layer's gradients exist at a time.
+      CCTUNE_ASSIGN_OR_RETURN(
+          std::unique_ptr<OptimizerInBackward> in_bwd,
+          OptimizerInBackward::Create(
+              *model_, params_, trainable_, [this](const std::vector<ParamBuffer>& buffers) {
+                return OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers);
+              }));
+      CCTUNE_ASSIGN_OR_RETURN(trainer_,
+                              DecoderTrainer::Create(model_.get(), in_bwd->gradients(), options));
+      in_bwd->Attach(*trainer_);
+      LogInfo("optimizer_in_bwd: gradient buffers %.2f MiB (a gradient arena would be %.2f MiB)",
+              in_bwd->GradientBytes() / 1048576.0, trainable_.Bytes() / 1048576.0);
+      optimizer_ = std::move(in_bwd);
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(grads_, ParameterArena::Allocate(trainable_, s_.device));
+      CCTUNE_ASSIGN_OR_RETURN(trainer_, DecoderTrainer::Create(model_.get(), &grads_, options));
+      CCTUNE_ASSIGN_OR_RETURN(std::vector<ParamBuffer> buffers,
+                              strategy_.OptimizerBuffers(params_, grads_));
+      CCTUNE_ASSIGN_OR_RETURN(optimizer_,
+                              OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers));
+      LogInfo("Gradient arena %.2f MiB", grads_.Bytes() / 1048576.0);
+    }
     // Dropout (LoRA's) draws its masks from the recipe's generator, whose state the
     // checkpoints save and a resume restores, so a resumed run drops the same elements.
     trainer_->set_generator(&gen_);
-    CCTUNE_ASSIGN_OR_RETURN(std::vector<ParamBuffer> buffers,
-                            strategy_.OptimizerBuffers(params_, grads_));
-    CCTUNE_ASSIGN_OR_RETURN(optimizer_,
-                            OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers));
     base_lr_ = optimizer_->lr();  // before a resume imports the optimizer's state
+    LogInfo("Optimizer %s: state %.2f MiB", optimizer_->name(),
+            optimizer_->StateBytes() / 1048576.0);
     CCTUNE_RETURN_IF_ERROR(ApplyLossComponent(root_, trainer_.get()));
     return absl::OkStatus();
   }
@@ -137,7 +157,7 @@ class FinetuneRun {
   absl::Status RestoreStep() {
     if (!s_.resume) return absl::OkStatus();
     CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(s_.output_dir));
-    CCTUNE_RETURN_IF_ERROR(strategy_.RestoreWeights(dir, hf_config_, grads_.layout(), params_));
+    CCTUNE_RETURN_IF_ERROR(strategy_.RestoreWeights(dir, hf_config_, trainable_, params_));
     CCTUNE_ASSIGN_OR_RETURN(progress_,
                             RestoreRecipeState(dir, s_.seed, *optimizer_, *data_->loader, gen_));
     return absl::OkStatus();
@@ -186,7 +206,8 @@ class FinetuneRun {
   std::unique_ptr<TransformerDecoder> model_;
   ParameterArena params_;
   HfModelConfig hf_config_;
-  ParameterArena grads_;
+  ParameterLayout trainable_;  // the strategy's: what trains
+  ParameterArena grads_;       // its gradient arena (none with optimizer_in_bwd)
   std::unique_ptr<DecoderTrainer> trainer_;
   std::unique_ptr<Optimizer> optimizer_;
   double base_lr_ = 0;

@@ -30,6 +30,9 @@ HfModelConfig ModelHfConfig(const TransformerDecoder& model, const ParameterAren
   c.tie_word_embeddings = arena.layout().Find("output.weight") == nullptr;
   c.qkv_bias = arena.layout().Find("layers.0.attn.q_proj.bias") != nullptr;
   c.o_bias = arena.layout().Find("layers.0.attn.output_proj.bias") != nullptr;
+  // q/k/v biases without an output bias: Qwen2's layout, which HF's llama config cannot state
+  // (one attention_bias flag for all four).
+  if (c.qkv_bias && !c.o_bias) c.model_type = "qwen2";
   c.dtype = dtype == DType::kBF16 ? "bfloat16" : "float32";
   return c;
 }

@@ -197,8 +197,8 @@ absl::Status RegisterTokenizers() {
             .Check("special_tokens_path", FileExistsOrNull)
             .Default("truncation_type", KeyType::Enum({"right", "left"}),
                      ConfigNode::String("right"),
-                     "right only: keep a long sample's first max_seq_len tokens (left is "
-                     "refused: the dataset pipeline cuts on the right)")
+                     "right: keep a long sample's first max_seq_len tokens; left: its last "
+                     "(the last token becomes EOS either way, as torchtune's truncate)")
             .Default("bos_token", KeyType::String().OrNull(), ConfigNode::Null(),
                      "a special token prepended by add_bos (null: none)")
             .Default("eos_token", KeyType::String(), ConfigNode::String("<|im_end|>"),
@@ -218,11 +218,7 @@ absl::Status RegisterTokenizers() {
           CCTUNE_ASSIGN_OR_RETURN(out.prompt_format, ParseTemplate(node, PromptFormat::kQwen2_5Chat,
                                                                    {PromptFormat::kQwen2_5Chat}));
           CCTUNE_ASSIGN_OR_RETURN(std::string truncation, node.GetString("truncation_type"));
-          if (truncation != "right") {
-            return absl::UnimplementedError(
-                "truncation_type 'left' is not supported; the dataset pipeline keeps a sample's "
-                "first max_seq_len tokens (use right)");
-          }
+          out.truncate_left = truncation == "left";
           ByteLevelBpeOptions options = Qwen2_5Options();
           CCTUNE_ASSIGN_OR_RETURN(std::optional<std::string> specials,
                                   node.GetOptionalString("special_tokens_path"));

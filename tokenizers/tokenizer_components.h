@@ -35,6 +35,9 @@ struct TokenizerComponent {
   std::unique_ptr<Tokenizer> tokenizer;
   PromptFormat prompt_format = PromptFormat::kNone;
   std::optional<int64_t> max_seq_len;  // prompts are cut to this many tokens
+  // truncation_type: left (qwen2_5_tokenizer): a sample longer than max_seq_len keeps its
+  // last tokens instead of its first (the last one still becomes EOS, as torchtune).
+  bool truncate_left = false;
   // Ids that torchtune's decode(skip_special_tokens=True) leaves out of printed text
   // (tiktoken's special tokens); empty for tokenizers whose Decode already drops them.
   int32_t first_special_id = -1;

@@ -152,9 +152,13 @@ TEST(Qwen2_5TokenizerComponentTest, EveryKeyTakesEffectOrIsRefused) {
   EXPECT_EQ(t->tokenizer->bos_id(), 1001);
   EXPECT_THAT(t->tokenizer->stop_tokens(), ::testing::ElementsAre(1000, 1002));
 
-  auto bad = Make(head + "  truncation_type: left\n");
+  EXPECT_FALSE(t->truncate_left);
+  auto left = Make(head + "  truncation_type: left\n");
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->truncate_left);
+  auto bad = Make(head + "  truncation_type: middle\n");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("truncation_type 'left'"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("truncation_type"));
   bad = Make(head + "  prompt_template: torchtune.data.ChatMLTemplate\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("already lays messages out"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -111,6 +112,16 @@ absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
   if (model == nullptr || grads == nullptr) {
     return absl::InvalidArgumentError("DecoderTrainer: model and grads must not be null");
   }
+  return Create(model, grads->named_tensors(), options);
+}
+
+absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
+    TransformerDecoder* model, const std::vector<std::pair<std::string, Tensor>>& grad_list,
+    DecoderTrainerOptions options) {
+  if (model == nullptr) {
+    return absl::InvalidArgumentError("DecoderTrainer: model must not be null");
+  }
+  std::map<std::string, Tensor> grad_map(grad_list.begin(), grad_list.end());
   if (options.num_output_chunks < 0 || options.logits_chunk_rows < 0 ||
       (options.num_output_chunks > 0 && options.logits_chunk_rows > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -132,18 +143,19 @@ absl::StatusOr<std::unique_ptr<DecoderTrainer>> DecoderTrainer::Create(
   }
   std::unique_ptr<DecoderTrainer> t(new DecoderTrainer(model, options));
   for (const auto& [name, param] : model->NamedParameters()) {
-    absl::StatusOr<Tensor> g = grads->Get(name);
-    if (!g.ok() && options.frozen_if_missing) continue;
-    if (!g.ok()) {
+    auto found = grad_map.find(name);
+    if (found == grad_map.end() && options.frozen_if_missing) continue;
+    if (found == grad_map.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("DecoderTrainer: no gradient for parameter ", name, " in the grads arena"));
     }
-    if (g->dtype() != DType::kF32 || g->shape() != param->value.shape()) {
+    const Tensor& g = found->second;
+    if (g.dtype() != DType::kF32 || g.shape() != param->value.shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "DecoderTrainer: gradient of ", name, " must be f32 ", ShapeToString(param->value.shape()),
-          ", got ", DTypeName(g->dtype()), " ", ShapeToString(g->shape())));
+          ", got ", DTypeName(g.dtype()), " ", ShapeToString(g.shape())));
     }
-    t->store_.SetGrad(param->value, *std::move(g));
+    t->store_.SetGrad(param->value, g);
   }
   // The adapters with dropout, in the order their masks are drawn (see the header).
   auto note_dropout = [&t](const Linear& l, const std::string& what) -> absl::Status {
@@ -312,8 +324,11 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   }
   // 3. The decoder's backward: final norm, layers in reverse, embedding.
   if (do_backward) {
-    CCTUNE_RETURN_IF_ERROR(
-        model_->Backward(ws.dxnf, bt.tokens, bt.Mask(), bt.Positions(), ws.acts, store_));
+    if (grad_ready_) {
+      CCTUNE_RETURN_IF_ERROR(grad_ready_(static_cast<int>(model_->num_layers()) + 1));
+    }
+    CCTUNE_RETURN_IF_ERROR(model_->Backward(ws.dxnf, bt.tokens, bt.Mask(), bt.Positions(),
+                                            ws.acts, store_, grad_ready_));
   }
   CCTUNE_RETURN_IF_ERROR(AddChunkLosses(ws.chunk_losses, &result));
   const auto t_end = std::chrono::steady_clock::now();

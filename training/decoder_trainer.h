@@ -54,7 +54,10 @@
 #define CCTUNE_TRAINING_DECODER_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -113,6 +116,18 @@ class DecoderTrainer {
   // (unless options.frozen_if_missing, for a missing one); Unimplemented for q/k norms.
   static absl::StatusOr<std::unique_ptr<DecoderTrainer>> Create(
       TransformerDecoder* model, const ParameterArena* grads, DecoderTrainerOptions options = {});
+  // The same with the gradients as named f32 tensors, which may share storage
+  // (optimizer_in_bwd: every layer's gradients are views of one layer-sized buffer).
+  static absl::StatusOr<std::unique_ptr<DecoderTrainer>> Create(
+      TransformerDecoder* model, const std::vector<std::pair<std::string, Tensor>>& grads,
+      DecoderTrainerOptions options = {});
+
+  // Where ForwardBackward's parameter gradients are complete, it calls `hook` with the stage:
+  // num_layers() + 1 after the output projection's chunks, num_layers() after the final
+  // norm, i after layer i, -1 after the embedding table (TransformerDecoder::Backward). An
+  // error ends the call. Null (the default): none.
+  using GradientReadyHook = std::function<absl::Status(int stage)>;
+  void set_gradient_ready_hook(GradientReadyHook hook) { grad_ready_ = std::move(hook); }
 
   const DecoderTrainerOptions& options() const { return options_; }
   // The generator LoRA dropout draws its masks from (see above); it must outlive the trainer.
@@ -165,6 +180,7 @@ class DecoderTrainer {
   Generator own_generator_{0};
   Generator* generator_ = &own_generator_;
   int64_t last_num_output_chunks_ = 0;
+  GradientReadyHook grad_ready_;
   // The activations and loss buffers of the last call, reused by the next one (fresh
   // allocations of this size cost page faults on every step).
   std::unique_ptr<Workspace> ws_;

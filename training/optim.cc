@@ -191,6 +191,15 @@ absl::Status Optimizer::CheckImport(const OptimizerState& state,
       CheckStateDictKeys(state.tensors, expected, absl::StrCat(name(), " state")));
   for (const auto& [n, t] : mine) {
     const Tensor& src = state.tensors.at(n);
+    if (t.dtype() == DType::kI32) {  // packed codes (AdamW8bit): the same words, exactly
+      if (!src.defined() || src.numel() != t.numel() || src.dtype() != DType::kI32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name(), " state tensor '", n, "': expected ", t.numel(), " i32 elements, got ",
+            src.defined() ? absl::StrCat(src.numel(), " ", DTypeName(src.dtype()))
+                          : "undefined"));
+      }
+      continue;
+    }
     if (!src.defined() || src.numel() != t.numel() || !IsFloating(src.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
           name(), " state tensor '", n, "': expected ", t.numel(), " floating elements, got ",

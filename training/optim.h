@@ -49,7 +49,9 @@ struct OptimizerState {
   std::string name;                               // "adamw" / "sgd"
   int64_t step = 0;                               // optimizer steps taken
   std::map<std::string, double> hyperparameters;  // lr, beta1, ... (bools as 0/1)
-  StateDict tensors;  // f32, 1-D, named "<buffer>.<kind>", on the buffers' device
+  // 1-D, named "<buffer>.<kind>", on the buffers' device: f32, or i32 words of packed 8-bit
+  // codes (AdamW8bit, training/adamw8bit.h), restored only from i32 of the same size.
+  StateDict tensors;
 };
 
 class Optimizer {
@@ -69,7 +71,10 @@ class Optimizer {
   // The gradient buffers, for ClipGradNorm / all-reduce.
   std::vector<Tensor> Grads() const;
   // Zeroes every gradient buffer.
-  absl::Status ZeroGrad();
+  virtual absl::Status ZeroGrad();
+  // True when the updates run during the backward (OptimizerInBackward, optimizer_in_bwd):
+  // Step() then only counts the step.
+  virtual bool UpdatesInBackward() const { return false; }
 
   // The state as views of the optimizer's buffers (valid until the next Step()), plus the
   // step count and hyperparameters.
@@ -80,7 +85,7 @@ class Optimizer {
   // or hyperparameter and the values; on error nothing is changed.
   virtual absl::Status ImportState(const OptimizerState& state) = 0;
   // Bytes held by the optimizer state.
-  int64_t StateBytes() const;
+  virtual int64_t StateBytes() const;
 
  protected:
   Optimizer(std::vector<ParamBuffer> buffers, double lr) : buffers_(std::move(buffers)), lr_(lr) {}

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "training/optimizer_in_backward.h"
 
 namespace cctune {
 
@@ -61,6 +62,25 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
     return absl::InvalidArgumentError(absl::StrCat("TrainStep: the ", micro_batches.size(),
                                                    " micro-batches have no label that is not -100"));
   }
+  if (optimizer.UpdatesInBackward()) {
+    // The updates run inside the backward (training/optimizer_in_backward.h), torchtune's
+    // rules and messages.
+    if (max_grad_norm > 0) {
+      return absl::InvalidArgumentError(
+          "Gradient clipping is not supported with optimizer in bwd. Please set "
+          "clip_grad_norm=None, or optimizer_in_bwd=False.");
+    }
+    if (micro_batches.size() != 1) {
+      return absl::InvalidArgumentError(
+          "Gradient accumulation is not supported with optimizer in bwd. Please set "
+          "gradient_accumulation_steps=1, or optimizer_in_bwd=False.");
+    }
+    if (after_backward) {
+      return absl::UnimplementedError(
+          "TrainStep: a gradient hook cannot run with optimizer_in_bwd (the gradients are "
+          "applied and freed during the backward)");
+    }
+  }
   CCTUNE_RETURN_IF_ERROR(optimizer.ZeroGrad());
   double loss_sum = 0.0;
   for (const MicroBatch& mb : micro_batches) {
@@ -75,6 +95,17 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
   }
   const auto t_opt = std::chrono::steady_clock::now();
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
+  if (const auto* in_bwd = dynamic_cast<const OptimizerInBackward*>(&optimizer)) {
+    result.grad_norm = in_bwd->grad_norm();
+    if (!std::isfinite(result.loss)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TrainStep: non-finite loss (", result.loss, ") at optimizer step ", optimizer.step(),
+          " (optimizer_in_bwd: the parameters were already updated)"));
+    }
+    CCTUNE_RETURN_IF_ERROR(optimizer.Step());
+    result.optimizer_seconds = 0;  // inside backward_seconds
+    return result;
+  }
   const std::vector<Tensor> grads = optimizer.Grads();
   if (after_backward) CCTUNE_RETURN_IF_ERROR(after_backward(grads));
   if (max_grad_norm > 0) {

@@ -1,7 +1,10 @@
 // Optimizers, LR schedulers and losses as config components, with torchtune's spellings:
 //   optimizer     cctune.optim.AdamW (torch.optim.AdamW): lr, betas [b1, b2], eps,
 //                 weight_decay; cctune.optim.SGD (torch.optim.SGD): lr, momentum, dampening,
-//                 weight_decay, nesterov. Factories get the parameter/gradient buffers.
+//                 weight_decay, nesterov; bitsandbytes.optim.AdamW8bit / PagedAdamW8bit
+//                 (training/adamw8bit.h, CPU) and AdamW / PagedAdamW (optim_bits 32: AdamW,
+//                 8: AdamW8bit), with bitsandbytes' keys and defaults; paged or not, the
+//                 state is the same. Factories get the parameter/gradient buffers.
 //   lr_scheduler  cctune.training.lr_schedulers.get_cosine_schedule_with_warmup
 //                 (num_warmup_steps, num_cycles; the recipe supplies num_training_steps)
 //   loss          cctune.modules.loss.CEWithChunkedOutputLoss and

@@ -3,12 +3,14 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "config/config.h"
 #include "core/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/decoder_builder.h"
 #include "modules/parameters.h"
+#include "training/adamw8bit.h"
 #include "training/decoder_trainer.h"
 
 namespace cctune {
@@ -92,6 +94,44 @@ TEST(TrainingComponentsTest, AdamWFusedFalseIsUnimplemented) {
   EXPECT_EQ(unfused.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(unfused.status().message()),
               ::testing::HasSubstr("optimizer.fused: false"));
+}
+
+// torchtune's low-memory configs name bitsandbytes' optimizers: the 8-bit ones build AdamW8bit
+// (bitsandbytes' defaults: weight_decay 0.01, min_8bit_size 4096), PagedAdamW builds AdamW
+// (optim_bits 8: AdamW8bit), and the keys bitsandbytes has but we do not are refused by value.
+TEST(TrainingComponentsTest, BitsandbytesAdamWFamily) {
+  ASSERT_TRUE(RegisterTrainingComponents().ok());
+  std::vector<float> values(5000, 1.0f);
+  Tensor p = ValueOrDie(Tensor::FromVector(values, {5000}));
+  Tensor g = ValueOrDie(Tensor::FromVector(values, {5000}));
+  const std::vector<ParamBuffer> buffers = {{"params", p, g}};
+  auto build = [&](const std::string& body) {
+    Config config = ValueOrDie(Config::FromString("optimizer:\n" + body, "opt.yaml"));
+    return OptimizerRegistry().InstantiateKey(config.root(), "optimizer", buffers);
+  };
+  for (const char* name : {"PagedAdamW8bit", "AdamW8bit"}) {
+    auto opt = build(absl::StrCat("  _component_: bitsandbytes.optim.", name, "\n  lr: 2e-5\n"));
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    EXPECT_STREQ((*opt)->name(), "adamw8bit");
+    EXPECT_EQ((*opt)->lr(), 2e-5);
+    const auto* q8 = dynamic_cast<const AdamW8bit*>(opt->get());
+    ASSERT_NE(q8, nullptr);
+    EXPECT_EQ(q8->options().adamw.weight_decay, 0.01);
+    EXPECT_EQ(q8->options().min_8bit_size, 4096);
+    EXPECT_TRUE(q8->Quantized(0));
+  }
+  auto paged = build("  _component_: bitsandbytes.optim.PagedAdamW\n  lr: 1e-5\n");
+  ASSERT_TRUE(paged.ok()) << paged.status();
+  EXPECT_STREQ((*paged)->name(), "adamw");
+  auto bits8 = build("  _component_: bitsandbytes.optim.PagedAdamW\n  optim_bits: 8\n");
+  ASSERT_TRUE(bits8.ok()) << bits8.status();
+  EXPECT_STREQ((*bits8)->name(), "adamw8bit");
+  auto clip = build("  _component_: bitsandbytes.optim.PagedAdamW8bit\n  percentile_clipping: 5\n");
+  EXPECT_EQ(clip.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(clip.status().message()),
+              ::testing::HasSubstr("percentile_clipping: 5"));
+  auto bits = build("  _component_: bitsandbytes.optim.AdamW\n  optim_bits: 16\n");
+  EXPECT_THAT(std::string(bits.status().message()), ::testing::HasSubstr("optim_bits: 16"));
 }
 
 }  // namespace
