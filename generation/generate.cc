@@ -1,7 +1,9 @@
 #include "generation/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -188,8 +190,24 @@ absl::StatusOr<Tensor> LeftPad(const std::vector<std::vector<int32_t>>& prompts,
   return out;
 }
 
+std::string ThreeSignificantDigits(double v) {
+  if (!std::isfinite(v)) return v != v ? "nan" : (v > 0 ? "inf" : "-inf");
+  if (v == 0) return "0";
+  const int e = static_cast<int>(std::floor(std::log10(std::fabs(v))));
+  const double scale = std::pow(10.0, e - 2);
+  double r = std::round(v / scale) * scale;
+  // Rounding can carry into the next power of ten (999.6 -> 1000).
+  const int e2 = static_cast<int>(std::floor(std::log10(std::fabs(r))));
+  const int decimals = std::max(0, 2 - e2);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, r);
+  return buf;
+}
+
 absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor& prompt,
                                         const GenerateOptions& options, Generator& gen) {
+  const auto start = std::chrono::steady_clock::now();
+  auto first_token = start;
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Generate: max_new_tokens (", options.max_new_tokens, ") must be >= 1"));
@@ -330,6 +348,7 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
       }
     }
     n = t + 1;
+    if (t == 0) first_token = std::chrono::steady_clock::now();
     if (options.on_token) {
       GenerationStep step;
       step.step = t;
@@ -339,6 +358,10 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     }
     if (all_stopped) break;
   }
+
+  const auto end = std::chrono::steady_clock::now();
+  result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
+  result.decode_seconds = std::chrono::duration<double>(end - first_token).count();
 
   // Tokens: the prompt, then the generated ones with stopped rows masked to pad_id.
   result.num_generated = n;
