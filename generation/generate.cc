@@ -1,7 +1,9 @@
 #include "generation/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -126,16 +128,23 @@ class StepInputs {
 
 // Greedy decoding picked ids[r] for each row of logits [b, v]: an error naming the row and
 // the sequence position when that logit is NaN or infinite (the argmax order puts NaN first).
+// On the CPU it reads the logits in place (no copy, no allocation: it runs every step).
 absl::Status CheckGreedyLogits(const Tensor& logits, const std::vector<int64_t>& ids,
                                int64_t position) {
   for (int64_t r = 0; r < static_cast<int64_t>(ids.size()); ++r) {
-    CCTUNE_ASSIGN_OR_RETURN(Tensor row, logits.Select(0, r));
-    CCTUNE_ASSIGN_OR_RETURN(Tensor cell, row.Narrow(0, ids[r], 1));
-    CCTUNE_ASSIGN_OR_RETURN(std::vector<float> value, cell.ToFloatVector());
-    if (!std::isfinite(value[0])) {
+    float value;
+    if (logits.device().is_cpu() && logits.dtype() == DType::kF32) {
+      value = logits.data<float>()[r * logits.stride(0) + ids[r] * logits.stride(1)];
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(Tensor row, logits.Select(0, r));
+      CCTUNE_ASSIGN_OR_RETURN(Tensor cell, row.Narrow(0, ids[r], 1));
+      CCTUNE_ASSIGN_OR_RETURN(std::vector<float> values, cell.ToFloatVector());
+      value = values[0];
+    }
+    if (!std::isfinite(value)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Generate: the logits at position ", position, " (row ", r, ") are not finite (",
-          value[0], " at token ", ids[r], "); the weights or the activations hold NaN or "
+          value, " at token ", ids[r], "); the weights or the activations hold NaN or "
           "infinity"));
     }
   }
@@ -188,8 +197,24 @@ absl::StatusOr<Tensor> LeftPad(const std::vector<std::vector<int32_t>>& prompts,
   return out;
 }
 
+std::string ThreeSignificantDigits(double v) {
+  if (!std::isfinite(v)) return v != v ? "nan" : (v > 0 ? "inf" : "-inf");
+  if (v == 0) return "0";
+  const int e = static_cast<int>(std::floor(std::log10(std::fabs(v))));
+  const double scale = std::pow(10.0, e - 2);
+  double r = std::round(v / scale) * scale;
+  // Rounding can carry into the next power of ten (999.6 -> 1000).
+  const int e2 = static_cast<int>(std::floor(std::log10(std::fabs(r))));
+  const int decimals = std::max(0, 2 - e2);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, r);
+  return buf;
+}
+
 absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor& prompt,
                                         const GenerateOptions& options, Generator& gen) {
+  const auto start = std::chrono::steady_clock::now();
+  auto first_token = start;
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Generate: max_new_tokens (", options.max_new_tokens, ") must be >= 1"));
@@ -260,12 +285,21 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
   if (options.return_logits) {
     CCTUNE_ASSIGN_OR_RETURN(result.logits, Tensor::Zeros({b, n_max, v}, DType::kF32));
   }
+  // Everything a decode step touches is made here or in the first decode step, so that later
+  // steps allocate no Storage (generation/decode_allocations_test).
   result.generated.resize(b);
+  for (auto& g : result.generated) g.reserve(n_max);
   CCTUNE_ASSIGN_OR_RETURN(Tensor sampled, Tensor::Empty({b}, DType::kI64, device));
+  Tensor sampled_host = sampled;  // the sampled ids on the host
+  if (!device.is_cpu()) {
+    CCTUNE_ASSIGN_OR_RETURN(sampled_host, Tensor::Empty({b}, DType::kI64));
+  }
   StepInputs prefill_inputs, decode_inputs;
-  Tensor decode_logits;  // [b, 1, v], reused by every incremental step
+  Tensor decode_logits;       // [b, 1, v], reused by every incremental step
+  Tensor decode_last;         // its [b, v] view
   std::vector<uint8_t> stopped(b, 0), stopped_before(b, 0);
   std::vector<int32_t> step_tokens(b);
+  std::vector<int64_t> ids(b);
 
   int64_t n = 0;
   for (int64_t t = 0; t < n_max; ++t) {
@@ -275,17 +309,20 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     StepInputs& in = (incremental && t > 0) ? decode_inputs : prefill_inputs;
     CCTUNE_RETURN_IF_ERROR(in.Prepare(b, sq, incremental && t > 0 ? total : q0 + sq, device));
     CCTUNE_RETURN_IF_ERROR(in.Fill(seq, pad, positions, b, total, q0, sq));
-    Tensor logits;
+    // Pointers, not copies: a Tensor copy allocates its shape.
+    Tensor prefill_logits, prefill_last;
+    Tensor* logits = &decode_logits;
     if (incremental && t > 0) {
       if (!decode_logits.defined()) {
         CCTUNE_ASSIGN_OR_RETURN(decode_logits, Tensor::Empty({b, 1, v}, DType::kF32, device));
+        CCTUNE_ASSIGN_OR_RETURN(decode_last, decode_logits.Select(1, 0));
       }
-      logits = decode_logits;
     } else {
       // Only the last position's logits are sampled from, so only they are computed.
-      CCTUNE_ASSIGN_OR_RETURN(logits, Tensor::Empty({b, 1, v}, DType::kF32, device));
+      CCTUNE_ASSIGN_OR_RETURN(prefill_logits, Tensor::Empty({b, 1, v}, DType::kF32, device));
+      logits = &prefill_logits;
     }
-    absl::Status st = model.Forward(logits, in.tokens(), &in.mask(), &in.positions());
+    absl::Status st = model.Forward(*logits, in.tokens(), &in.mask(), &in.positions());
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("Generate: step ", t, " (", sq,
                                                   " tokens at position ", q0, "): ", st.message()));
@@ -293,18 +330,23 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     ++result.num_forward_passes;
     if (incremental) result.kv_positions_read += q0 + sq;
 
-    CCTUNE_ASSIGN_OR_RETURN(Tensor last, logits.Select(1, 0));  // [b, v]
-    CCTUNE_RETURN_IF_ERROR(ops::Sample(sampled, last, options.sampling, gen));
-    CCTUNE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, sampled.ToInt64Vector());
+    const Tensor* last = &decode_last;  // [b, v]
+    if (logits == &prefill_logits) {
+      CCTUNE_ASSIGN_OR_RETURN(prefill_last, prefill_logits.Select(1, 0));
+      last = &prefill_last;
+    }
+    CCTUNE_RETURN_IF_ERROR(ops::Sample(sampled, *last, options.sampling, gen));
+    if (!device.is_cpu()) CCTUNE_RETURN_IF_ERROR(sampled_host.CopyFrom(sampled));
+    std::copy(sampled_host.data<int64_t>(), sampled_host.data<int64_t>() + b, ids.begin());
     if (options.sampling.temperature == 0.f) {
       // Sampling rejects rows with a NaN or no finite logit; greedy decoding takes the argmax,
       // which is the NaN itself when there is one. Check it, so that NaN weights fail here
       // instead of printing text.
-      CCTUNE_RETURN_IF_ERROR(CheckGreedyLogits(last, ids, s + t));
+      CCTUNE_RETURN_IF_ERROR(CheckGreedyLogits(*last, ids, s + t));
     }
     if (options.return_logits) {
       CCTUNE_ASSIGN_OR_RETURN(Tensor dst, result.logits.Select(1, t));  // [b, v]
-      CCTUNE_RETURN_IF_ERROR(dst.CopyFrom(last));
+      CCTUNE_RETURN_IF_ERROR(dst.CopyFrom(*last));
     }
 
     bool all_stopped = true;
@@ -330,6 +372,7 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
       }
     }
     n = t + 1;
+    if (t == 0) first_token = std::chrono::steady_clock::now();
     if (options.on_token) {
       GenerationStep step;
       step.step = t;
@@ -339,6 +382,10 @@ absl::StatusOr<GenerateResult> Generate(TransformerDecoder& model, const Tensor&
     }
     if (all_stopped) break;
   }
+
+  const auto end = std::chrono::steady_clock::now();
+  result.prefill_seconds = std::chrono::duration<double>(first_token - start).count();
+  result.decode_seconds = std::chrono::duration<double>(end - first_token).count();
 
   // Tokens: the prompt, then the generated ones with stopped rows masked to pad_id.
   result.num_generated = n;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -81,7 +82,17 @@ struct GenerateResult {
   // read (filled length after each update; 0 without caches). Bandwidth figures use these.
   int64_t num_forward_passes = 0;
   int64_t kv_positions_read = 0;
+  // Wall time (steady clock) from entering Generate() until the first generated token is on
+  // the host (the prefill pass and its sampling: the time to first token), and from then
+  // until Generate() returns (the num_generated - 1 decode steps). Their sum is the whole
+  // call less argument checks and the final copy of the tokens.
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
 };
+
+// `v` rounded to 3 significant digits, in fixed notation: 11.42 -> "11.4", 1043.2 -> "1040",
+// 0.12345 -> "0.123", 0 -> "0" (the printed rates and times of the generate recipe).
+std::string ThreeSignificantDigits(double v);
 
 // Generates from `prompt` (i32/i64 [b, s] or [s], left-padded with options.pad_id, on any
 // device). With caches set up (model.CachesAreSetup()), they are reset first and must hold

@@ -1,5 +1,6 @@
 #include "generation/generate.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -31,6 +32,19 @@ std::vector<int> BoolsOf(const Tensor& t) {
   std::vector<int> out(c.numel());
   for (int64_t i = 0; i < c.numel(); ++i) out[i] = c.data<bool>()[i] ? 1 : 0;
   return out;
+}
+
+TEST(ThreeSignificantDigitsTest, RoundsToThreeDigitsInFixedNotation) {
+  EXPECT_EQ(ThreeSignificantDigits(11.42), "11.4");
+  EXPECT_EQ(ThreeSignificantDigits(1043.2), "1040");
+  EXPECT_EQ(ThreeSignificantDigits(7688.0), "7690");
+  EXPECT_EQ(ThreeSignificantDigits(0.12345), "0.123");
+  EXPECT_EQ(ThreeSignificantDigits(0.0004567), "0.000457");
+  EXPECT_EQ(ThreeSignificantDigits(5.0), "5.00");
+  EXPECT_EQ(ThreeSignificantDigits(999.6), "1000");
+  EXPECT_EQ(ThreeSignificantDigits(9.996), "10.0");
+  EXPECT_EQ(ThreeSignificantDigits(0.0), "0");
+  EXPECT_EQ(ThreeSignificantDigits(-2.346), "-2.35");
 }
 
 // The example in torchtune's get_causal_mask_from_padding_mask docstring.
@@ -167,6 +181,29 @@ TEST_F(GenerateTest, GreedyWithCacheMatchesReference) {
   // One prefill pass then one pass per further token; the attention read 5, 6, ... positions.
   EXPECT_EQ(out.num_forward_passes, n);
   EXPECT_EQ(out.kv_positions_read, n * 5 + n * (n - 1) / 2);
+}
+
+// prefill_seconds ends when the first token is known (before its callback) and
+// decode_seconds covers every later step: checked against clocks read around the calls.
+TEST_F(GenerateTest, PrefillAndDecodeTimesSplitAtTheFirstToken) {
+  ASSERT_TRUE(model().SetupCaches(1, DType::kF32, 64).ok());
+  GenerateOptions opts;
+  opts.max_new_tokens = 6;
+  opts.sampling.temperature = 0.f;
+  using Clock = std::chrono::steady_clock;
+  std::vector<Clock::time_point> at;
+  opts.on_token = [&](const GenerationStep&) { at.push_back(Clock::now()); };
+  Generator gen(1);
+  Tensor p = ValueOrDie(LeftPad({{3, 17, 42}}, 0));
+  const Clock::time_point before = Clock::now();
+  GenerateResult out = ValueOrDie(Generate(model(), p, opts, gen));
+  const Clock::time_point after = Clock::now();
+  ASSERT_EQ(at.size(), 6u);
+  auto sec = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  EXPECT_GT(out.prefill_seconds, 0);
+  EXPECT_LE(out.prefill_seconds, sec(at[0] - before));
+  EXPECT_GE(out.decode_seconds, sec(at[5] - at[0]));
+  EXPECT_LE(out.prefill_seconds + out.decode_seconds, sec(after - before));
 }
 
 TEST_F(GenerateTest, WithoutCacheMatchesWithCache) {

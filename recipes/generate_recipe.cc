@@ -265,6 +265,27 @@ absl::Status RunGenerateRecipe(const Config& config) {
   std::fprintf(stderr, "Time for inference: %.02f sec total, %.02f tokens/sec\n", seconds,
                tokens_per_sec);
   std::fprintf(stderr, "Bandwidth achieved: %.02f GB/s\n", Gb(bytes_per_token * tokens_per_sec));
+  // Prefill and decode apart, as llama.cpp reports them (pp / tg), 3 significant digits. The
+  // prefill pass produces the first token, so its time is the time to first token.
+  const double pp_rate = result.prefill_seconds > 0 ? prompt_len / result.prefill_seconds : 0.0;
+  std::fprintf(stderr, "Prefill: %lld tokens, %s sec (time to first token), %s tokens/sec\n",
+               static_cast<long long>(prompt_len),
+               ThreeSignificantDigits(result.prefill_seconds).c_str(),
+               ThreeSignificantDigits(pp_rate).c_str());
+  const int64_t decode_tokens = n - 1;
+  if (decode_tokens > 0 && result.decode_seconds > 0) {
+    // The decode passes: every pass after the first, and the cache positions they read.
+    const int64_t decode_passes = result.num_forward_passes - 1;
+    const int64_t decode_kv = enable_kv_cache ? result.kv_positions_read - prompt_len : 0;
+    const double decode_bytes = decode_passes * weight_bytes + decode_kv * kv_bytes_per_position;
+    std::fprintf(stderr, "Decode: %lld tokens, %s sec, %s tokens/sec, %s GB/s\n",
+                 static_cast<long long>(decode_tokens),
+                 ThreeSignificantDigits(result.decode_seconds).c_str(),
+                 ThreeSignificantDigits(decode_tokens / result.decode_seconds).c_str(),
+                 ThreeSignificantDigits(Gb(decode_bytes / result.decode_seconds)).c_str());
+  } else {
+    std::fprintf(stderr, "Decode: 0 tokens (only the first token was generated)\n");
+  }
   std::fprintf(stderr, "Memory used: %.02f GB\n",
                Gb(static_cast<double>(GetMemoryStats(device).peak_bytes)));
   if (enable_kv_cache) {

@@ -37,6 +37,13 @@ void ExpectMetricLines(const std::string& err) {
   EXPECT_THAT(err, ContainsRegex("\nTime for inference: [0-9]+\\.[0-9][0-9] sec total, "
                                  "[0-9]+\\.[0-9][0-9] tokens/sec\n"));
   EXPECT_THAT(err, ContainsRegex("\nBandwidth achieved: [0-9]+\\.[0-9][0-9] GB/s\n"));
+  // 3 significant digits: "0.123", "11.4", "1040" (generation/generate.h).
+  const std::string sig3 = "([0-9]\\.[0-9][0-9]|[1-9][0-9]\\.[0-9]|[1-9][0-9][0-9]+|0\\.0*[1-9][0-9][0-9])";
+  EXPECT_THAT(err, ContainsRegex("\nPrefill: [0-9]+ tokens, " + sig3 +
+                                 " sec \\(time to first token\\), " + sig3 + " tokens/sec\n"));
+  EXPECT_THAT(err, ContainsRegex("\nDecode: ([0-9]+ tokens, " + sig3 + " sec, " + sig3 +
+                                 " tokens/sec, " + sig3 +
+                                 " GB/s|0 tokens \\(only the first token was generated\\))\n"));
   EXPECT_THAT(err, ContainsRegex("\nMemory used: [0-9]+\\.[0-9][0-9] GB\n"));
   EXPECT_THAT(err, ContainsRegex("\nKV cache: [0-9]+ bytes \\([0-9]+\\.[0-9][0-9] GB\\), layout "
                                  "(grouped|expanded|none)"));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace cctune {
 namespace cpu {
@@ -276,17 +277,34 @@ absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tens
     // Small problems (a tiny model's decode step) run on one thread: waking the team costs
     // more than the work.
     const bool parallel = units > 1 && a.n_kv * a.g * a.s_q * a.s_kv * hd * a.b >= (1 << 15);
+    auto run_unit = [&](int64_t u, Scratch& sc) {
+      const int64_t tt = u % tiles, kvh = (u / tiles) % a.n_kv, bi = u / (tiles * a.n_kv);
+      const int64_t i0 = tt * tile, i1 = std::min(a.s_q, i0 + tile);
+      RunUnit(a, bi, kvh, i0, i1, 0, a.s_kv, sc);
+      WriteUnit(a, bi, kvh, i0, i1, sc.m.data(), sc.l.data(), sc.acc.data());
+    };
+    if (a.s_q == 1) {
+      // Decode: equal units on the decode thread pool (the GEMVs around it run there too, so
+      // no OpenMP team spins beside it), each participant with a scratch kept between calls.
+      auto task = [&](int t, int nt) {
+        thread_local Scratch sc;
+        sc.Reserve(max_rows, hd);
+        for (int64_t u = units * t / nt; u < units * (t + 1) / nt; ++u) run_unit(u, sc);
+      };
+      ThreadPool& pool = ThreadPool::Default();
+      if (parallel) {
+        pool.Run(static_cast<int>(std::min<int64_t>(units, pool.num_threads())), task);
+      } else {
+        task(0, 1);
+      }
+      return absl::OkStatus();
+    }
 #pragma omp parallel if (parallel)
     {
       Scratch sc;
       sc.Reserve(max_rows, hd);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t tt = u % tiles, kvh = (u / tiles) % a.n_kv, bi = u / (tiles * a.n_kv);
-        const int64_t i0 = tt * tile, i1 = std::min(a.s_q, i0 + tile);
-        RunUnit(a, bi, kvh, i0, i1, 0, a.s_kv, sc);
-        WriteUnit(a, bi, kvh, i0, i1, sc.m.data(), sc.l.data(), sc.acc.data());
-      }
+      for (int64_t u = 0; u < units; ++u) run_unit(u, sc);
     }
     return absl::OkStatus();
   }

@@ -69,14 +69,35 @@ int64_t BatchOffset(const Tensor& t, int nb, int64_t i) {
   return off;
 }
 
+// t [..., cols] (m rows in all) as a row-major [m, cols] matrix: true, with *ld the row
+// stride, when the last dim is unit-stride and the leading dims collapse to one stride (what
+// t.View({m, cols}) would accept), without building a Tensor (decode calls this per
+// projection; a view allocates its shape).
+bool CollapsedRowMajorLd(const Tensor& t, int64_t m, int64_t cols, int64_t* ld) {
+  const Shape& sh = t.shape();
+  const Shape& st = t.strides();
+  const int nd = static_cast<int>(sh.size());
+  if (nd == 0) return false;
+  int64_t rs = std::max<int64_t>(cols, 1);  // m == 1: any row stride will do
+  int inner = -1;                            // the innermost leading dim of size > 1
+  for (int d = nd - 2; d >= 0; --d) {
+    if (sh[d] == 1) continue;
+    if (inner < 0) {
+      rs = st[d];
+    } else if (st[d] != st[inner] * sh[inner]) {
+      return false;
+    }
+    inner = d;
+  }
+  const int64_t cs = sh[nd - 1] == 1 ? 1 : st[nd - 1];
+  return RowMajorLd({nullptr, DType::kF32, m, cols, rs, cs}, ld);
+}
+
 // t [..., cols] as a row-major f32 [m, cols] matrix: t's own memory when it is f32 and its
 // leading dims collapse to one row stride (*ld set to it), else null.
 float* DirectRows(const Tensor& t, int64_t m, int64_t cols, int64_t* ld) {
   if (t.dtype() != DType::kF32 || m == 0 || cols == 0) return nullptr;
-  auto v = t.View({m, cols});
-  if (!v.ok() || !RowMajorLd({nullptr, DType::kF32, m, cols, v->stride(0), v->stride(1)}, ld)) {
-    return nullptr;
-  }
+  if (!CollapsedRowMajorLd(t, m, cols, ld)) return nullptr;
   return t.data<float>();
 }
 
@@ -112,9 +133,8 @@ absl::Status Linear(Tensor& out, const Tensor& x, const Tensor& w, const Tensor*
   const float* a = nullptr;
   int64_t lda = std::max<int64_t>(k, 1);
   if (x.dtype() == DType::kF32 && k > 0) {
-    auto v = x.View({m, k});
     int64_t ld;
-    if (v.ok() && RowMajorLd({nullptr, DType::kF32, m, k, v->stride(0), v->stride(1)}, &ld)) {
+    if (CollapsedRowMajorLd(x, m, k, &ld)) {
       a = x.data<float>();
       lda = ld;
     }
@@ -137,9 +157,8 @@ absl::Status Linear(Tensor& out, const Tensor& x, const Tensor& w, const Tensor*
   float* c = nullptr;
   int64_t ldc = n;
   if (out.dtype() == DType::kF32) {
-    auto v = out.View({m, n});
     int64_t ld;
-    if (v.ok() && RowMajorLd({nullptr, DType::kF32, m, n, v->stride(0), v->stride(1)}, &ld)) {
+    if (CollapsedRowMajorLd(out, m, n, &ld)) {
       c = out.data<float>();
       ldc = ld;
     }

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 
 // Each SIMD path is compiled for its own instruction set through function attributes, so this
 // file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
@@ -136,6 +137,15 @@ void ScalarConvertRow(const void* src, DType t, int64_t k, float* dst) {
 constexpr int64_t kSingleStreamRows = 2;
 // Rows of A longer than this many floats do not share L1 (32 KiB) with a row of B.
 constexpr int64_t kL1Floats = 4096;
+// B rows of at most this many bytes (small models: stories260K's k = 64) are read 4 at a time
+// even for m = 1: 4 rows then lie in one 4 KiB page (still one stream for the prefetcher), and
+// one combined horizontal sum for 4 outputs replaces 4 separate ones, which at such short
+// rows cost more than the multiply-adds.
+constexpr int64_t kShortRowBytes = 1024;
+
+CCTUNE_INLINE bool ShortRows(int64_t k, int64_t elem_bytes) {
+  return k * elem_bytes <= kShortRowBytes;
+}
 
 // AVX2 path: 8 lanes; k % 8 tail handled in scalar code.
 
@@ -153,6 +163,18 @@ CCTUNE_TARGET_AVX2 CCTUNE_INLINE float Avx2Sum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+// The sums of 4 vectors, as one vector [sum a, sum b, sum c, sum d].
+CCTUNE_TARGET_AVX2 CCTUNE_INLINE __m128 Avx2Reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// c[0..3] = v (+ beta * c).
+CCTUNE_TARGET_AVX2 CCTUNE_INLINE void StoreC4(float* c, __m128 v, float beta) {
+  if (beta != 0.f) v = _mm_add_ps(v, _mm_mul_ps(_mm_set1_ps(beta), _mm_loadu_ps(c)));
+  _mm_storeu_ps(c, v);
 }
 
 template <typename T, int MR, int NR, int U>
@@ -197,14 +219,30 @@ CCTUNE_TARGET_AVX2 void Avx2Tile(int64_t k, const float* a, int64_t lda, const T
       for (int j = 0; j < NR; ++j) acc[0][i][j] = _mm256_fmadd_ps(av, bv[j], acc[0][i][j]);
     }
   }
+  __m256 sum[MR][NR];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-      __m256 v = acc[0][i][j];
+      sum[i][j] = acc[0][i][j];
 #pragma GCC unroll 4
-      for (int u = 1; u < U; ++u) v = _mm256_add_ps(v, acc[u][i][j]);
-      float s = Avx2Sum(v);
+      for (int u = 1; u < U; ++u) sum[i][j] = _mm256_add_ps(sum[i][j], acc[u][i][j]);
+    }
+  }
+  if constexpr (NR == 4) {
+    if (q == k) {  // no scalar tail: one combined horizontal sum per row of A
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        StoreC4(c + i * ldc, Avx2Reduce4(sum[i][0], sum[i][1], sum[i][2], sum[i][3]), beta);
+      }
+      return;
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      float s = Avx2Sum(sum[i][j]);
       for (int64_t t = q; t < k; ++t) s += a[i * lda + t] * ToF32(b[j * ldb + t]);
       StoreC(c + i * ldc + j, s, beta);
     }
@@ -215,7 +253,13 @@ template <typename T>
 CCTUNE_TARGET_AVX2 void Avx2Range(const NtArgs& p, int64_t j0, int64_t j1) {
   const T* b = static_cast<const T*>(p.b);
   if (p.m <= 2) {
-    for (int64_t j = j0; j < j1; ++j) {
+    int64_t j = j0;
+    if (p.m == 1 && ShortRows(p.k, sizeof(T))) {
+      for (; j + 4 <= j1; j += 4) {
+        Avx2Tile<T, 1, 4, 1>(p.k, p.a, p.lda, b + j * p.ldb, p.ldb, p.c + j, p.ldc, p.beta);
+      }
+    }
+    for (; j < j1; ++j) {
       if (p.m == 1) {
         Avx2Tile<T, 1, 1, 4>(p.k, p.a, p.lda, b + j * p.ldb, p.ldb, p.c + j, p.ldc, p.beta);
       } else {
@@ -268,6 +312,38 @@ CCTUNE_TARGET_AVX512 CCTUNE_INLINE __m512 Avx512Load16(const f16* p, __mmask16 m
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p));
 }
 
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE __m128 Avx512Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  auto half = [](__m512 v) CCTUNE_TARGET_AVX512 {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  };
+  return Avx2Reduce4(half(a), half(b), half(c), half(d));
+}
+
+// C = the sums over u of acc[u] (each reduced horizontally) + beta * C.
+template <int MR, int NR, int U>
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE void Avx512Finish(const __m512 (&acc)[U][MR][NR], float* c,
+                                                    int64_t ldc, float beta) {
+  __m512 sum[MR][NR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+      sum[i][j] = acc[0][i][j];
+#pragma GCC unroll 8
+      for (int u = 1; u < U; ++u) sum[i][j] = _mm512_add_ps(sum[i][j], acc[u][i][j]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    if constexpr (NR == 4) {
+      StoreC4(c + i * ldc, Avx512Reduce4(sum[i][0], sum[i][1], sum[i][2], sum[i][3]), beta);
+    } else {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) StoreC(c + i * ldc + j, _mm512_reduce_add_ps(sum[i][j]), beta);
+    }
+  }
+}
+
 // f32 and f16 B.
 template <typename T, int MR, int NR, int U>
 CCTUNE_TARGET_AVX512 void Avx512Tile(int64_t k, const float* a, int64_t lda, const T* b,
@@ -313,16 +389,7 @@ CCTUNE_TARGET_AVX512 void Avx512Tile(int64_t k, const float* a, int64_t lda, con
       for (int j = 0; j < NR; ++j) acc[0][i][j] = _mm512_fmadd_ps(av, bv[j], acc[0][i][j]);
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      __m512 v = acc[0][i][j];
-#pragma GCC unroll 4
-      for (int u = 1; u < U; ++u) v = _mm512_add_ps(v, acc[u][i][j]);
-      StoreC(c + i * ldc + j, _mm512_reduce_add_ps(v), beta);
-    }
-  }
+  Avx512Finish<MR, NR, U>(acc, c, ldc, beta);
 }
 
 // bf16 B without a shuffle: 32 bf16 loaded as 16 u32 pairs convert to f32 with one shift (the
@@ -391,16 +458,7 @@ CCTUNE_TARGET_AVX512 void Avx512Bf16Tile(int64_t k, const float* ap, int64_t lda
       }
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      __m512 v = acc[0][i][j];
-#pragma GCC unroll 8
-      for (int u = 1; u < U * S; ++u) v = _mm512_add_ps(v, acc[u][i][j]);
-      StoreC(c + i * ldc + j, _mm512_reduce_add_ps(v), beta);
-    }
-  }
+  Avx512Finish<MR, NR, U * S>(acc, c, ldc, beta);
 }
 
 // A [m, k] -> ap [m, kp] (kp = k rounded up to 32): per 32-block, even elements then odd ones.
@@ -428,6 +486,16 @@ CCTUNE_TARGET_AVX512 void Avx512Range(const NtArgs& p, const float* ap, int64_t 
   const int64_t lda = kBf16 ? ldap : p.lda;
   if (p.m <= kSingleStreamRows) {
     int64_t j = j0;
+    if (p.m == 1 && ShortRows(p.k, sizeof(T))) {
+      for (; j + 4 <= j1; j += 4) {
+        const T* bj = b + j * p.ldb;
+        if constexpr (kBf16) {
+          Avx512Bf16Tile<1, 4, 1, 2>(p.k, a, lda, bj, p.ldb, p.c + j, p.ldc, p.beta);
+        } else {
+          Avx512Tile<T, 1, 4, 1>(p.k, a, lda, bj, p.ldb, p.c + j, p.ldc, p.beta);
+        }
+      }
+    }
     if (p.m == 1 && p.k > kL1Floats) {
       // A row too big to share L1 with a row of B: two B rows per pass halve the A reloads
       // from L2 (measured +15-20% on 2048x8192 bf16 weights, one core).
@@ -583,16 +651,7 @@ CCTUNE_TARGET_AVX512BF16 void Bf16DotTile(int64_t k, const bf16* a, int64_t lda,
       for (int j = 0; j < NR; ++j) acc[0][i][j] = _mm512_dpbf16_ps(acc[0][i][j], av, bv[j]);
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int j = 0; j < NR; ++j) {
-      __m512 v = acc[0][i][j];
-#pragma GCC unroll 4
-      for (int u = 1; u < U; ++u) v = _mm512_add_ps(v, acc[u][i][j]);
-      StoreC(c + i * ldc + j, _mm512_reduce_add_ps(v), beta);
-    }
-  }
+  Avx512Finish<MR, NR, U>(acc, c, ldc, beta);
 }
 
 // `a16` is A rounded to bf16, [m, k] contiguous.
@@ -691,26 +750,31 @@ void StreamGemmNT(GemmIsa isa, const NtArgs& p) {
     }
   }
   const StreamScratch& s = scratch;
-  const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && p.n >= 16;
-#pragma omp parallel if (parallel)
-  {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+  auto range = [&](int task, int num_tasks) {
     int64_t j0, j1;
-    SplitRange(p.n, nt, tid, 8, &j0, &j1);
-    std::vector<float> row;
-    if (j0 < j1) {
-      switch (p.b_dtype) {
-        case DType::kBF16:
-          RunRange<bf16>(isa, p, s, j0, j1, row);
-          break;
-        case DType::kF16:
-          RunRange<f16>(isa, p, s, j0, j1, row);
-          break;
-        default:
-          RunRange<float>(isa, p, s, j0, j1, row);
-          break;
-      }
+    SplitRange(p.n, num_tasks, task, 8, &j0, &j1);
+    if (j0 >= j1) return;
+    std::vector<float> row;  // scalar path only
+    switch (p.b_dtype) {
+      case DType::kBF16:
+        RunRange<bf16>(isa, p, s, j0, j1, row);
+        break;
+      case DType::kF16:
+        RunRange<f16>(isa, p, s, j0, j1, row);
+        break;
+      default:
+        RunRange<float>(isa, p, s, j0, j1, row);
+        break;
     }
+  };
+  // The persistent pool, not an OpenMP region: decode runs hundreds of these per token, and
+  // OpenMP's end-of-region barrier spun for 12% of decode time (kernels/cpu/thread_pool.h).
+  ThreadPool& pool = ThreadPool::Default();
+  const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && p.n >= 16;
+  if (parallel && pool.num_threads() > 1) {
+    pool.Run(pool.num_threads(), range);
+  } else {
+    range(0, 1);
   }
 }
 

@@ -3,16 +3,18 @@
 //
 // GemmNT is the Linear shape: activations A [m, k] (f32) times weights B [n, k] (f32, bf16 or
 // f16, stored as in a checkpoint) transposed. Up to a few hundred rows (decode, small batches,
-// short prompts) a streaming kernel reads B exactly once, all OpenMP threads splitting n, and
+// short prompts) a streaming kernel reads B exactly once, all threads splitting n, and
 // converts bf16/f16 to f32 in registers (AVX-512 / AVX2+F16C chosen at run time, scalar
 // fallback). Larger m (long prefill, training) goes to OpenBLAS, 16-bit B converted to f32
 // panels first. SgemmStrided is a row-major cblas_sgemm.
 //
-// Threading: all parallelism is OpenMP. OpenBLAS is switched to one thread on first use
-// (openblas_set_num_threads(1), process-wide) and called per block of C from OpenMP threads,
-// so the two thread pools never busy-wait against each other. Code elsewhere should reach
-// BLAS through this library. Called inside a `#pragma omp parallel` region, a call runs on
-// the calling thread only (still correct).
+// Threading: the streaming kernel runs on the persistent ThreadPool::Default()
+// (kernels/cpu/thread_pool.h: one fork/join per call, no OpenMP barrier); the OpenBLAS route
+// uses OpenMP. OpenBLAS is switched to one thread on first use (openblas_set_num_threads(1),
+// process-wide) and called per block of C from OpenMP threads, so the thread pools never
+// busy-wait against each other. Code elsewhere should reach BLAS through this library. Called
+// inside a `#pragma omp parallel` region or a pool task, a call runs on the calling thread
+// only (still correct).
 #ifndef CCTUNE_KERNELS_CPU_GEMM_GEMM_H_
 #define CCTUNE_KERNELS_CPU_GEMM_GEMM_H_
 
@@ -23,7 +25,7 @@
 namespace cctune::cpu {
 
 // C[m, n] = A[m, k] · B[n, k]ᵀ + beta·C. A: f32 rows (stride lda). B: dtype b_dtype
-// (kF32/kBF16/kF16) rows (stride ldb, in elements). C: f32 rows (stride ldc). OpenMP inside.
+// (kF32/kBF16/kF16) rows (stride ldb, in elements). C: f32 rows (stride ldc). Threads inside.
 // beta == 0 overwrites C without reading it (NaNs in C do not propagate). k == 0 gives
 // C = beta·C. Strides must be >= the row lengths; b_dtype outside the three aborts.
 void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* b,
