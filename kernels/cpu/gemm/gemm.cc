@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/gemm/packed_gemm.h"
 #include "kernels/cpu/isa.h"
 
 // Each SIMD path is compiled for its own instruction set through function attributes, so this
@@ -867,6 +868,10 @@ const char* GemmIsaName(GemmIsa isa) {
       return "avx512_bf16";
     case GemmIsa::kBlas:
       return "blas";
+    case GemmIsa::kPacked:
+      return "packed";
+    case GemmIsa::kPackedBf16:
+      return "packed_bf16";
   }
   return "?";
 }
@@ -878,6 +883,7 @@ bool GemmIsaSupported(GemmIsa isa) {
     case GemmIsa::kAvx512:
       return CpuHasAvx512();
     case GemmIsa::kAvx512Bf16:
+    case GemmIsa::kPackedBf16:
       return CpuHasAvx512Bf16();
     default:
       return true;
@@ -909,12 +915,17 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
   if (isa == GemmIsa::kAuto) {
     const int64_t max_stream = b_dtype == DType::kF32 ? kMaxStreamRowsF32 : kMaxStreamRows16;
     if (m > max_stream || m * k * 4 > kMaxStreamABytes) {
-      BlasGemmNT(p);
+      PackedGemmNT(BestPackedIsa(), m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
     } else {
       StreamGemmNT(BestGemmIsa(), p);
     }
   } else if (isa == GemmIsa::kBlas) {
     BlasGemmNT(p);
+  } else if (isa == GemmIsa::kPacked || isa == GemmIsa::kPackedBf16) {
+    const PackedIsa path = isa == GemmIsa::kPackedBf16 && b_dtype == DType::kBF16
+                               ? PackedIsa::kAvx512Bf16
+                               : BestPackedIsa();
+    PackedGemmNT(path, m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
   } else {
     StreamGemmNT(isa, p);
   }
