@@ -4,8 +4,8 @@
 // GEMV (m = 1, the decode step) on Llama-3.2-1B shapes -> GB/s of weights read, GFLOP/s and
 // that bandwidth as a percentage of STREAM triad and of a read-only sweep. Weights rotate over
 // enough copies to span >= 256 MiB, so every call streams them from DRAM, as in real decode.
-// SmallM: m = 1..256 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route (the
-// data behind GemmNT's kMaxStreamRows thresholds).
+// SmallM: m = 1..512 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route vs
+// packed GEMM (the data behind GemmNT's kMaxStreamRows thresholds).
 // Peak: register-only loops of f32 FMA (zmm, ymm) and vdpbf16ps on every OpenMP thread: the
 // machine's measured compute peak, printed before the table and as pct_of_peak on Prefill.
 // Prefill: m = 128 and 512 rows against the 1.1B model's weight shapes (bf16), each path of
@@ -126,6 +126,7 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
   Buffer w(copies * n * k, dtype), a(m * k, DType::kF32), c(m * n, DType::kF32);
   const size_t elem = DTypeSize(dtype);
   int64_t copy = 0;
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     const void* b = static_cast<const uint8_t*>(w.data()) + copy * n * k * elem;
@@ -133,7 +134,13 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
     benchmark::ClobberMemory();
     if (++copy == copies) copy = 0;
   }
-  SetCounters(state, Seconds(t0), 2.0 * m * n * k, m <= 16 ? static_cast<double>(weight_bytes) : 0);
+  const double secs = Seconds(t0);
+  // GFLOP/s_cpu divides by the process's CPU seconds per thread instead of wall time: on a
+  // shared machine where this process gets only part of the cores, the rate while it ran.
+  const double cpu_per_thread = (ProcessCpuSeconds() - cpu0) / omp_get_max_threads();
+  SetCounters(state, secs, 2.0 * m * n * k, m <= 16 ? static_cast<double>(weight_bytes) : 0);
+  state.counters["GFLOP/s_cpu"] =
+      2.0 * m * n * k * static_cast<double>(state.iterations()) / cpu_per_thread * 1e-9;
 }
 
 // OpenBLAS's own GEMV on f32 weights, rows split over OpenMP threads (this library keeps
@@ -280,20 +287,15 @@ double PeakFor(GemmIsa isa) {
   return cpu::IsaSupported(cpu::IsaLevel::kAvx512) ? p.fma512 : p.fma256;
 }
 
-// GemmNT at a prefill shape, B warm in cache (as it is not in a real prefill: the first of
-// m rows brings it in, the packed GEMM reads it once per call either way).
-// GFLOP/s_cpu divides by the process's CPU seconds per thread instead of wall time: on a shared
-// machine where this process only gets part of the cores, the rate it ran at while it ran.
+// GemmNT at a prefill shape. One copy of the weights (not rotated as for Gemv), so they may
+// stay in a large last-level cache between calls, which a real prefill's layers do not.
 void BM_Prefill(benchmark::State& state, GemmIsa isa, int64_t m, int64_t n, int64_t k) {
   const double peak = PeakFor(isa);
-  const double cpu0 = ProcessCpuSeconds();
   BM_GemmNT(state, DType::kBF16, isa, m, n, k, false);
-  const double cpu_per_thread = (ProcessCpuSeconds() - cpu0) / omp_get_max_threads();
   if (peak > 0 && state.counters.count("GFLOP/s")) {
-    const double flops = 2.0 * m * n * k * static_cast<double>(state.iterations());
-    state.counters["GFLOP/s_cpu"] = flops / cpu_per_thread * 1e-9;
     state.counters["peak"] = peak;
     state.counters["pct_of_peak"] = 100.0 * state.counters["GFLOP/s"] / peak;
+    state.counters["pct_of_peak_cpu"] = 100.0 * state.counters["GFLOP/s_cpu"] / peak;
   }
 }
 
@@ -333,10 +335,11 @@ const bool kRegistered = [] {
                                  BM_CblasSgemv, n, k)
         ->ComputeStatistics("max", MaxOf);
   }
-  // Small m: streaming kernel vs OpenBLAS route, 2048x2048 weights from DRAM.
+  // Small m: streaming kernel vs OpenBLAS route vs packed GEMM, 2048x2048 weights from DRAM
+  // (the crossover behind kMaxStreamRows*).
   for (DType t : {DType::kBF16, DType::kF32}) {
-    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kBlas}) {
-      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas, GemmIsa::kPacked}) {
+      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
         benchmark::RegisterBenchmark(
             absl::StrCat("SmallM/", DTypeName(t), "_", GemmIsaName(isa), "/m:", m).c_str(),
             BM_GemmNT, t, isa, m, 2048, 2048, true)

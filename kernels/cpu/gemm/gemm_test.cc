@@ -220,7 +220,7 @@ TEST(GemmNTTest, BlasRouteSpansSeveralPanels) {
   CheckShape(GemmIsa::kBlas, DType::kF16, 3, 700, 4100, 8);
 }
 
-// Enough rows of A (or a large enough A) send kAuto to the packed GEMM.
+// Enough rows of A (or a large enough A) send kAuto to OpenBLAS.
 TEST(GemmNTTest, AutoLargeMatchesReference) {
   CheckShape(GemmIsa::kAuto, DType::kF32, 129, 50, 100, 9);
   CheckShape(GemmIsa::kAuto, DType::kBF16, 257, 33, 65, 10);
@@ -260,8 +260,8 @@ TEST(GemmNTTest, BestIsaIsSupported) {
   EXPECT_NE(best, GemmIsa::kAvx512Bf16);  // opt-in only: it rounds A
 }
 
-// kAuto at every ISA level the CPU has: the streaming path (small m) at that level, the packed
-// GEMM (large m) at that level.
+// kAuto at every ISA level the CPU has: the streaming path (small m) at that level, OpenBLAS
+// (large m) with that level's 16-bit -> f32 panel conversion.
 class GemmAtLevelTest : public testing::IsaLevelTest {};
 
 TEST_P(GemmAtLevelTest, AutoPicksTheLevelsPath) {

@@ -63,13 +63,10 @@ uint32_t Bf16Bits(float x) { return FloatToBf16(x).bits; }
 // f32 A: dst[s * MR + r] = a[i0 + r][p0 + s].
 template <int MR>
 void PackAF32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, float* dst) {
-  for (int r = 0; r < MR; ++r) {
-    if (r >= mr) {
-      for (int64_t s = 0; s < klen; ++s) dst[s * MR + r] = 0.f;
-      continue;
-    }
-    const float* ar = p.a + (i0 + r) * p.lda + p0;
-    for (int64_t s = 0; s < klen; ++s) dst[s * MR + r] = ar[s];
+  const float* rows[MR];
+  for (int r = 0; r < MR; ++r) rows[r] = r < mr ? p.a + (i0 + r) * p.lda + p0 : nullptr;
+  for (int64_t s = 0; s < klen; ++s) {
+    for (int r = 0; r < MR; ++r) dst[s * MR + r] = r < mr ? rows[r][s] : 0.f;
   }
 }
 
@@ -195,6 +192,27 @@ PG_TARGET_AVX512 void PackBAvx512F32(const Args& p, int64_t j0, int nr, int64_t 
         if (2 * t + 1 < valid) _mm512_storeu_ps(dq + (2 * t + 1) * NR, hi);
       }
     }
+  }
+}
+
+// f32 A strip for the 12-row AVX-512 kernel: 16 k-values of the 12 rows (4 zero rows) per
+// 16 x 16 transpose, each column's first 12 words stored (scalar PackAF32 spent a sixth of the
+// time of the kernels it fed at m = 128).
+PG_TARGET_AVX512 void PackAAvx512F32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen,
+                                     float* dst) {
+  constexpr int MR = 12;
+  const __mmask16 store12 = 0x0fff;
+  for (int64_t q0 = 0; q0 < klen; q0 += 16) {
+    const int64_t valid = std::min<int64_t>(16, klen - q0);
+    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+    __m512i w[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      w[r] = r < mr ? _mm512_maskz_loadu_epi32(mk, p.a + (i0 + r) * p.lda + p0 + q0)
+                    : _mm512_setzero_si512();
+    }
+    Transpose16x16(w);
+    for (int64_t t = 0; t < valid; ++t) _mm512_mask_storeu_epi32(dst + (q0 + t) * MR, store12, w[t]);
   }
 }
 
@@ -432,76 +450,38 @@ void WithEdges(int64_t steps, const float* ap, const float* bp, float* c, int64_
 }
 
 // ---------------------------------------------------------------------------------------------
-// Paths: element type of the packed operands, k-step, tile, blocks, packers, kernel.
+// Paths: element type of the packed operands, tile, k-step, blocks (kc, mc, nc), packers,
+// kernel.
 
-struct ScalarPath {
-  using T = float;
-  static constexpr int kMR = 4, kNR = 4, kStep = 1;
-  static constexpr PackedBlocking kBlock{kMR, kNR, 256, 64, 256};
-  static void PackA(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, T* d) {
-    PackAF32<kMR>(p, i0, mr, p0, klen, d);
-  }
-  static void PackB(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, T* d) {
-    PackBF32Scalar<kNR>(p, j0, nr, p0, 0, klen, 0, kNR, d);
-  }
-  static void Kernel(int64_t steps, const T* ap, const T* bp, float* c, int64_t ldc, float beta,
-                     int mr, int nr) {
-    WithEdges<kMR, kNR, KernelScalarFull<kMR, kNR>>(steps, ap, bp, c, ldc, beta, mr, nr);
-  }
+template <int NR>
+void PackBScalar(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, float* dst) {
+  PackBF32Scalar<NR>(p, j0, nr, p0, 0, klen, 0, NR, dst);
+}
+
+template <typename Elem, int MR, int NR, int Step, int64_t Kc, int64_t Mc, int64_t Nc, auto kPackA,
+          auto kPackB, auto kKernel>
+struct Path {
+  using T = Elem;
+  static constexpr int kMR = MR, kNR = NR, kStep = Step;
+  static constexpr PackedBlocking kBlock{MR, NR, Kc, Mc, Nc};
+  static constexpr auto PackA = kPackA;
+  static constexpr auto PackB = kPackB;
+  static constexpr auto Kernel = kKernel;
 };
 
+using ScalarPath = Path<float, 4, 4, 1, 256, 64, 256, PackAF32<4>, PackBScalar<4>,
+                        WithEdges<4, 4, KernelScalarFull<4, 4>>>;
 // Zen 3: 32 KiB L1d (B micro-panel 256 x 16 f32 = 16 KiB), 512 KiB L2 (A block 144 x 256 f32 =
 // 144 KiB).
-struct Avx2Path {
-  using T = float;
-  static constexpr int kMR = kMr256, kNR = 16, kStep = 1;
-  static constexpr PackedBlocking kBlock{kMR, kNR, 256, 144, 1024};
-  static void PackA(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, T* d) {
-    PackAF32<kMR>(p, i0, mr, p0, klen, d);
-  }
-  static void PackB(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, T* d) {
-    PackBAvx2F32(p, j0, nr, p0, klen, d);
-  }
-  static void Kernel(int64_t steps, const T* ap, const T* bp, float* c, int64_t ldc, float beta,
-                     int mr, int nr) {
-    WithEdges<kMR, kNR, KernelAvx2Full>(steps, ap, bp, c, ldc, beta, mr, nr);
-  }
-};
-
+using Avx2Path = Path<float, kMr256, 16, 1, 256, 144, 1024, PackAF32<kMr256>, PackBAvx2F32,
+                      WithEdges<kMr256, 16, KernelAvx2Full>>;
 // 48 KiB L1d (B micro-panel 192 x 32 f32 = 24 KiB, A strip 9 KiB), 2 MiB L2 (A block 480 x 192
-// f32 = 360 KiB).
-struct Avx512Path {
-  using T = float;
-  static constexpr int kMR = kMr512, kNR = 32, kStep = 1;
-  static constexpr PackedBlocking kBlock{kMR, kNR, 192, 480, 1024};
-  static void PackA(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, T* d) {
-    PackAF32<kMR>(p, i0, mr, p0, klen, d);
-  }
-  static void PackB(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, T* d) {
-    PackBAvx512F32(p, j0, nr, p0, klen, d);
-  }
-  static void Kernel(int64_t steps, const T* ap, const T* bp, float* c, int64_t ldc, float beta,
-                     int mr, int nr) {
-    KernelAvx512(steps, ap, bp, c, ldc, beta, mr, nr);
-  }
-};
-
+// f32 = 360 KiB, B block 192 x 1024 f32 = 768 KiB).
+using Avx512Path =
+    Path<float, kMr512, 32, 1, 192, 480, 1024, PackAAvx512F32, PackBAvx512F32, KernelAvx512>;
 // Pairs halve the bytes per k: B micro-panel 192 pairs x 32 = 24 KiB at kc = 384.
-struct Avx512Bf16Path {
-  using T = uint32_t;
-  static constexpr int kMR = kMr512, kNR = 32, kStep = 2;
-  static constexpr PackedBlocking kBlock{kMR, kNR, 384, 480, 1024};
-  static void PackA(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, T* d) {
-    PackABf16Pairs<kMR>(p, i0, mr, p0, klen, d);
-  }
-  static void PackB(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, T* d) {
-    PackBAvx512Bf16Pairs(p, j0, nr, p0, klen, d);
-  }
-  static void Kernel(int64_t steps, const T* ap, const T* bp, float* c, int64_t ldc, float beta,
-                     int mr, int nr) {
-    KernelAvx512Bf16(steps, ap, bp, c, ldc, beta, mr, nr);
-  }
-};
+using Avx512Bf16Path = Path<uint32_t, kMr512, 32, 2, 384, 480, 1024, PackABf16Pairs<kMr512>,
+                            PackBAvx512Bf16Pairs, KernelAvx512Bf16>;
 
 // One thread's block of C: strips [s0, s1) of A (MR rows each) times B rows [j0, j1).
 template <typename P>

@@ -1,6 +1,6 @@
 // Blocked, packed GEMM in the BLIS manner for the Linear shape at large m (prefill, training):
 // C[m, n] = A[m, k] · B[n, k]ᵀ + beta·C, A f32 activations, B weights f32 / bf16 / f16 as
-// stored. GemmNT (gemm.h) sends m above the streaming kernel's range here.
+// stored. GemmNT (gemm.h) reaches it as GemmIsa::kPacked / kPackedBf16.
 //
 // Loops (per thread, BLIS order): n in blocks of nc, k in blocks of kc (B's kc x nc block is
 // packed into micro-panels of NR columns, converted to the micro-kernel's element type), m in
