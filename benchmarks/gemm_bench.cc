@@ -4,16 +4,27 @@
 // GEMV (m = 1, the decode step) on Llama-3.2-1B shapes -> GB/s of weights read, GFLOP/s and
 // that bandwidth as a percentage of STREAM triad and of a read-only sweep. Weights rotate over
 // enough copies to span >= 256 MiB, so every call streams them from DRAM, as in real decode.
-// SmallM: m = 1..256 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route (the
-// data behind GemmNT's kMaxStreamRows thresholds).
+// SmallM: m = 1..512 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route vs
+// packed GEMM (the data behind GemmNT's kMaxStreamRows thresholds).
+// Peak: register-only loops of f32 FMA (zmm, ymm) and vdpbf16ps on every OpenMP thread: the
+// machine's measured compute peak, printed before the table and as pct_of_peak on Prefill.
+// Prefill: m = 128 and 512 rows against the 1.1B model's weight shapes (bf16), each path of
+// GemmNT in the same run (streaming kernel, OpenBLAS route, packed GEMM f32 / bf16 dot).
+// GCC 12's AVX-512 intrinsic headers trip a false -Wuninitialized (GCC PR105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -22,6 +33,7 @@
 #include "benchmarks/stream.h"
 #include "core/dtype.h"
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/isa.h"
 
 namespace cctune::bench {
 namespace {
@@ -69,6 +81,13 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// CPU seconds used by the whole process (all threads).
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 void SetCounters(benchmark::State& state, double secs, double flops, double weight_bytes) {
   const double iters = static_cast<double>(state.iterations());
   state.counters["GFLOP/s"] = flops * iters / secs * 1e-9;
@@ -107,6 +126,7 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
   Buffer w(copies * n * k, dtype), a(m * k, DType::kF32), c(m * n, DType::kF32);
   const size_t elem = DTypeSize(dtype);
   int64_t copy = 0;
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     const void* b = static_cast<const uint8_t*>(w.data()) + copy * n * k * elem;
@@ -114,7 +134,13 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
     benchmark::ClobberMemory();
     if (++copy == copies) copy = 0;
   }
-  SetCounters(state, Seconds(t0), 2.0 * m * n * k, m <= 16 ? static_cast<double>(weight_bytes) : 0);
+  const double secs = Seconds(t0);
+  // GFLOP/s_cpu divides by the process's CPU seconds per thread instead of wall time: on a
+  // shared machine where this process gets only part of the cores, the rate while it ran.
+  const double cpu_per_thread = (ProcessCpuSeconds() - cpu0) / omp_get_max_threads();
+  SetCounters(state, secs, 2.0 * m * n * k, m <= 16 ? static_cast<double>(weight_bytes) : 0);
+  state.counters["GFLOP/s_cpu"] =
+      2.0 * m * n * k * static_cast<double>(state.iterations()) / cpu_per_thread * 1e-9;
 }
 
 // OpenBLAS's own GEMV on f32 weights, rows split over OpenMP threads (this library keeps
@@ -139,6 +165,138 @@ void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
     if (++copy == copies) copy = 0;
   }
   SetCounters(state, Seconds(t0), 2.0 * n * k, static_cast<double>(weight_bytes));
+}
+
+// ---- Compute peak: independent accumulator chains in registers, no memory traffic. ----
+
+constexpr int kPeakChains = 12;  // > latency x issue width of FMA / vdpbf16ps
+constexpr int64_t kPeakIters = 20'000'000;
+
+// Each chain does one instruction per iteration; the asm barrier keeps every chain live in
+// its register (no folding, no spilling). Returns a sum so nothing is optimised away.
+__attribute__((target("avx512f"))) float PeakFma512(int64_t iters) {
+  __m512 acc[kPeakChains];
+  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+  for (int64_t t = 0; t < iters; ++t) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kPeakChains; ++i) {
+      acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+      __asm__("" : "+v"(acc[i]));
+    }
+  }
+  float s = 0;
+  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float PeakFma256(int64_t iters) {
+  __m256 acc[kPeakChains];
+  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
+  for (int64_t t = 0; t < iters; ++t) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kPeakChains; ++i) {
+      acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+      __asm__("" : "+x"(acc[i]));
+    }
+  }
+  alignas(32) float out[8];
+  float s = 0;
+  for (int i = 0; i < kPeakChains; ++i) {
+    _mm256_store_ps(out, acc[i]);
+    for (float v : out) s += v;
+  }
+  return s;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float PeakDpbf16(int64_t iters) {
+  __m512 acc[kPeakChains];
+  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // (~1e-3, ~1e-3)
+  for (int64_t t = 0; t < iters; ++t) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kPeakChains; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+      __asm__("" : "+v"(acc[i]));
+    }
+  }
+  float s = 0;
+  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  return s;
+}
+
+// GFLOP/s of `fn` run on every OpenMP thread at once (best of 3): the sum over threads of
+// flops / that thread's CPU seconds, so time the OS gave to other processes does not count.
+// flops_per_iter: 2 per f32 FMA lane, 4 per vdpbf16ps lane (two products, two adds).
+double MeasurePeak(float (*fn)(int64_t), double flops_per_iter) {
+  volatile float sink = 0;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double rate = 0;
+#pragma omp parallel reduction(+ : rate)
+    {
+      timespec t0, t1;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      const float s = fn(kPeakIters);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      const double secs = static_cast<double>(t1.tv_sec - t0.tv_sec) +
+                          1e-9 * static_cast<double>(t1.tv_nsec - t0.tv_nsec);
+      rate += kPeakIters * flops_per_iter / secs * 1e-9;
+#pragma omp critical
+      sink = sink + s;
+    }
+    best = std::max(best, rate);
+  }
+  return best;
+}
+
+struct ComputePeak {
+  double fma512 = 0, fma256 = 0, dpbf16 = 0;  // GFLOP/s, all threads
+};
+
+const ComputePeak& MeasuredComputePeak() {
+  static const ComputePeak peak = [] {
+    ComputePeak p;
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx2)) p.fma256 = MeasurePeak(PeakFma256, 12 * 8 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) p.fma512 = MeasurePeak(PeakFma512, 12 * 16 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512Bf16)) {
+      p.dpbf16 = MeasurePeak(PeakDpbf16, 12 * 16 * 4);
+    }
+    std::printf(
+        "measured compute peak (%d threads, GFLOP/s): f32 FMA zmm %.1f, f32 FMA ymm %.1f, "
+        "vdpbf16ps %.1f\n",
+        omp_get_max_threads(), p.fma512, p.fma256, p.dpbf16);
+    return p;
+  }();
+  return peak;
+}
+
+void BM_Peak(benchmark::State& state, int which) {
+  const ComputePeak& p = MeasuredComputePeak();
+  for (auto _ : state) benchmark::DoNotOptimize(p.fma512);
+  state.counters["GFLOP/s"] = which == 0 ? p.fma512 : which == 1 ? p.fma256 : p.dpbf16;
+}
+
+// The peak a path is measured against: its own instruction's (vdpbf16ps for the bf16 dot
+// paths, f32 FMA at the active vector width otherwise).
+double PeakFor(GemmIsa isa) {
+  const ComputePeak& p = MeasuredComputePeak();
+  if (isa == GemmIsa::kPackedBf16 || isa == GemmIsa::kAvx512Bf16) return p.dpbf16;
+  return cpu::IsaSupported(cpu::IsaLevel::kAvx512) ? p.fma512 : p.fma256;
+}
+
+// GemmNT at a prefill shape. One copy of the weights (not rotated as for Gemv), so they may
+// stay in a large last-level cache between calls, which a real prefill's layers do not.
+void BM_Prefill(benchmark::State& state, GemmIsa isa, int64_t m, int64_t n, int64_t k) {
+  const double peak = PeakFor(isa);
+  BM_GemmNT(state, DType::kBF16, isa, m, n, k, false);
+  if (peak > 0 && state.counters.count("GFLOP/s")) {
+    state.counters["peak"] = peak;
+    state.counters["pct_of_peak"] = 100.0 * state.counters["GFLOP/s"] / peak;
+    state.counters["pct_of_peak_cpu"] = 100.0 * state.counters["GFLOP/s_cpu"] / peak;
+  }
 }
 
 // With --benchmark_repetitions, the `_max` row of a rate counter is the best repetition.
@@ -177,13 +335,33 @@ const bool kRegistered = [] {
                                  BM_CblasSgemv, n, k)
         ->ComputeStatistics("max", MaxOf);
   }
-  // Small m: streaming kernel vs OpenBLAS route, 2048x2048 weights from DRAM.
+  // Small m: streaming kernel vs OpenBLAS route vs packed GEMM, 2048x2048 weights from DRAM
+  // (the crossover behind kMaxStreamRows*).
   for (DType t : {DType::kBF16, DType::kF32}) {
-    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kBlas}) {
-      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas, GemmIsa::kPacked}) {
+      for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
         benchmark::RegisterBenchmark(
             absl::StrCat("SmallM/", DTypeName(t), "_", GemmIsaName(isa), "/m:", m).c_str(),
             BM_GemmNT, t, isa, m, 2048, 2048, true)
+            ->ComputeStatistics("max", MaxOf);
+      }
+    }
+  }
+  // Compute peak (register-only loops).
+  benchmark::RegisterBenchmark("Peak/f32_fma_zmm", BM_Peak, 0)->Iterations(1);
+  benchmark::RegisterBenchmark("Peak/f32_fma_ymm", BM_Peak, 1)->Iterations(1);
+  benchmark::RegisterBenchmark("Peak/vdpbf16ps", BM_Peak, 2)->Iterations(1);
+  // Prefill of the 1.1B model (dim 2048, 32/8 heads, ffn 8192, vocab 32000): q/o, k/v,
+  // gate/up, down, LM head; bf16 weights.
+  const std::vector<std::pair<int64_t, int64_t>> prefill = {
+      {2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {32000, 2048}};
+  for (int64_t m : {128, 512}) {
+    for (auto [n, k] : prefill) {
+      for (GemmIsa isa : {GemmIsa::kAuto, GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas,
+                          GemmIsa::kPacked, GemmIsa::kPackedBf16}) {
+        benchmark::RegisterBenchmark(
+            absl::StrCat("Prefill/bf16_", GemmIsaName(isa), "/m:", m, "/", n, "x", k).c_str(),
+            BM_Prefill, isa, m, n, k)
             ->ComputeStatistics("max", MaxOf);
       }
     }

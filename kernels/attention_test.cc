@@ -1,6 +1,7 @@
 // Attention against an fp64 reference: MHA, GQA and MQA; causal, explicit masks and both;
 // s_q < s_kv (decode and chunked prefill) and s_q > s_kv; fully masked rows; custom scale;
-// every float dtype and strided views (module layouts, cache slices); split-key decode.
+// every float dtype and strided views (module layouts, cache slices); split-key decode;
+// prefill lengths (512+) at GQA ratios 1, 2, 4, 8.
 #include <omp.h>
 
 #include <cmath>
@@ -212,6 +213,31 @@ TEST(AttentionSplitTest, SplitKeyDecodeMatchesReference) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// Prefill lengths: 512+ positions (many query tiles, causal skipping of whole key blocks past
+// each tile) at GQA ratios 1, 2, 4 and 8 (a tile covers every query head of its KV head), and
+// a chunked prefill continuing a 700-key cache.
+TEST(AttentionPrefillTest, LongSequencesAtEveryGqaRatio) {
+  Generator gen(65);
+  for (int64_t g : {1, 2, 4, 8}) {
+    for (const Dims& d : {Dims{1, 2 * g, 2, 512, 512, 64}, Dims{1, g, 1, 200, 700, 32}}) {
+      const Tensor q = Randn({d.b, d.n_h, d.s_q, d.hd}, DType::kF32, gen);
+      const Tensor k = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kBF16, gen);
+      const Tensor v = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kBF16, gen);
+      ops::AttentionOptions opt;
+      opt.causal = true;
+      Tensor out = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+      Check(d, q, k, v, out, opt, absl::StrCat(DimsName(d), " gqa ", g, " causal"));
+    }
+  }
+  // Non-causal once (no key block skipped), GQA 4.
+  const Dims d{1, 8, 2, 520, 520, 16};
+  const Tensor q = Randn({d.b, d.n_h, d.s_q, d.hd}, DType::kF32, gen);
+  const Tensor k = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kF32, gen);
+  const Tensor v = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kF32, gen);
+  Tensor out = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+  Check(d, q, k, v, out, ops::AttentionOptions{}, absl::StrCat(DimsName(d), " plain"));
 }
 
 TEST(AttentionTest, FullyMaskedRowsAreZero) {

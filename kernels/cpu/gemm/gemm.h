@@ -6,7 +6,14 @@
 // short prompts) a streaming kernel reads B exactly once, all threads splitting n, and
 // converts bf16/f16 to f32 in registers (AVX-512 / AVX2+F16C chosen at run time, scalar
 // fallback). Larger m (long prefill, training) goes to OpenBLAS, 16-bit B converted to f32
-// panels first. SgemmStrided is a row-major cblas_sgemm.
+// panels first. The blocked, packed GEMM of packed_gemm.h (BLIS-style cache blocking, B
+// converted to f32 while packing, f32 FMA micro-kernels at the CPU's level) is the kPacked
+// path: measured within noise of the OpenBLAS route on the (loaded) 2-core Xeon, it is not
+// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm.
+//
+// kAuto never rounds A to bf16. On the AVX-512 BF16 Xeon measured, vdpbf16ps also issues at
+// half the rate of f32 FMA (32 vs 64 flops / cycle / core, benchmarks/README.md), so the
+// bf16 dot paths (kAvx512Bf16, kPackedBf16) are neither exact in A nor faster: opt-in only.
 //
 // Threading: the streaming kernel runs on the persistent ThreadPool::Default()
 // (kernels/cpu/thread_pool.h: one fork/join per call, no OpenMP barrier); the OpenBLAS route
@@ -52,6 +59,12 @@ enum class GemmIsa {
   // place. Never chosen by kAuto; opt in with GemmNTWithIsa.
   kAvx512Bf16,
   kBlas,  // always the OpenBLAS route (B converted to f32 panels when 16-bit)
+  // The blocked, packed GEMM (packed_gemm.h) at BestPackedIsa(): f32 FMA, 16-bit B converted
+  // to f32 while packing.
+  kPacked,
+  // The packed GEMM's vdpbf16ps kernel (bf16 B only; other dtypes fall back to kPacked): A
+  // rounded to bf16 as for kAvx512Bf16. Needs AVX512_BF16.
+  kPackedBf16,
 };
 
 const char* GemmIsaName(GemmIsa isa);

@@ -27,6 +27,7 @@ IsaLevel LevelOf(GemmIsa isa) {
     case GemmIsa::kAvx512:
       return IsaLevel::kAvx512;
     case GemmIsa::kAvx512Bf16:
+    case GemmIsa::kPackedBf16:
       return IsaLevel::kAvx512Bf16;
     default:
       return IsaLevel::kScalar;
@@ -101,7 +102,8 @@ TEST_P(GemmNTTest, MatchesFp64Reference) {
   CCTUNE_SKIP_UNLESS_ISA(LevelOf(isa));
   ASSERT_TRUE(gemm_internal::GemmIsaSupported(isa));
   // The bf16-dot path rounds A to bf16 (relative error <= 2^-8 per element).
-  const bool rounds_a = isa == GemmIsa::kAvx512Bf16 && dtype == DType::kBF16;
+  const bool rounds_a =
+      (isa == GemmIsa::kAvx512Bf16 || isa == GemmIsa::kPackedBf16) && dtype == DType::kBF16;
   Generator gen(1234);
   int cases = 0;
   for (int64_t m : {1, 2, 3, 7, 64}) {
@@ -147,7 +149,8 @@ TEST_P(GemmNTTest, MatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(
     AllPaths, GemmNTTest,
     ::testing::Combine(::testing::Values(GemmIsa::kAuto, GemmIsa::kScalar, GemmIsa::kAvx2,
-                                         GemmIsa::kAvx512, GemmIsa::kAvx512Bf16, GemmIsa::kBlas),
+                                         GemmIsa::kAvx512, GemmIsa::kAvx512Bf16, GemmIsa::kBlas,
+                                         GemmIsa::kPacked, GemmIsa::kPackedBf16),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
     [](const ::testing::TestParamInfo<std::tuple<GemmIsa, DType>>& info) {
       return absl::StrCat(gemm_internal::GemmIsaName(std::get<0>(info.param)), "_",

@@ -1,0 +1,657 @@
+#include "kernels/cpu/gemm/packed_gemm.h"
+
+// GCC 12's AVX-512 intrinsic headers trip a false -Wmaybe-uninitialized (GCC PR105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/cpu/isa.h"
+
+// Each path is compiled for its own instruction set (function attributes) and picked at run
+// time, so this file builds with any -march.
+#define PG_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define PG_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define PG_TARGET_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+#define PG_INLINE inline __attribute__((always_inline))
+
+namespace cctune::cpu {
+namespace {
+
+// Below this many multiply-adds a call runs on one thread (fork/join would dominate).
+constexpr int64_t kMinParallelMacs = 1 << 15;
+
+struct Args {
+  int64_t m, n, k;
+  const float* a;
+  int64_t lda;
+  const void* b;
+  DType b_dtype;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  float beta;
+};
+
+float LoadB(const Args& p, int64_t j, int64_t q) {
+  const int64_t at = j * p.ldb + q;
+  switch (p.b_dtype) {
+    case DType::kBF16:
+      return Bf16ToFloat(static_cast<const bf16*>(p.b)[at]);
+    case DType::kF16:
+      return F16ToFloat(static_cast<const f16*>(p.b)[at]);
+    default:
+      return static_cast<const float*>(p.b)[at];
+  }
+}
+
+uint32_t Bf16Bits(float x) { return FloatToBf16(x).bits; }
+
+// ---------------------------------------------------------------------------------------------
+// Packing. A strip (MR rows from i0, mr of them real) of k-block [p0, p0 + klen) goes to
+// dst[s][MR] (s: k-step), rows past mr zero. A B micro-panel (NR rows of B from j0, nr real)
+// likewise to dst[s][NR]: column j of the C tile is B row j0 + j.
+
+// f32 A: dst[s * MR + r] = a[i0 + r][p0 + s].
+template <int MR>
+void PackAF32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, float* dst) {
+  const float* rows[MR];
+  for (int r = 0; r < MR; ++r) rows[r] = r < mr ? p.a + (i0 + r) * p.lda + p0 : nullptr;
+  for (int64_t s = 0; s < klen; ++s) {
+    for (int r = 0; r < MR; ++r) dst[s * MR + r] = r < mr ? rows[r][s] : 0.f;
+  }
+}
+
+// A rounded to bf16, as pairs along k: dst[s * MR + r] = bf16(a[.][2s]) | bf16(a[.][2s+1]) << 16
+// (an odd klen's last pair has a zero high half).
+template <int MR>
+void PackABf16Pairs(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, uint32_t* dst) {
+  const int64_t steps = (klen + 1) / 2;
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) {
+      for (int64_t s = 0; s < steps; ++s) dst[s * MR + r] = 0;
+      continue;
+    }
+    const float* ar = p.a + (i0 + r) * p.lda + p0;
+    for (int64_t s = 0; s < steps; ++s) {
+      const uint32_t lo = Bf16Bits(ar[2 * s]);
+      const uint32_t hi = 2 * s + 1 < klen ? Bf16Bits(ar[2 * s + 1]) : 0u;
+      dst[s * MR + r] = lo | (hi << 16);
+    }
+  }
+}
+
+// B to f32, any dtype, one element at a time: steps [s0, klen) of columns [c0, c0 + width) of
+// an NR-wide panel (the scalar path, and the SIMD packers' odd tails).
+template <int NR>
+void PackBF32Scalar(const Args& p, int64_t j0, int nr, int64_t p0, int64_t s0, int64_t klen,
+                    int c0, int width, float* dst) {
+  for (int64_t s = s0; s < klen; ++s) {
+    for (int r = c0; r < c0 + width; ++r) {
+      dst[s * NR + r] = r < nr ? LoadB(p, j0 + r, p0 + s) : 0.f;
+    }
+  }
+}
+
+// B is packed by in-register transposes of 16 x 16 (AVX-512) or 8 x 8 (AVX2) 32-bit words,
+// each row of B read front to back (gathers down the columns were 4x slower here: rows 4 KiB
+// apart all fall into one L1 set). For 16-bit B a word is a k-pair, so the transpose yields,
+// per pair, the 16 rows' (B[r][2s], B[r][2s + 1]).
+
+// r[j] <- column j of the 16 x 16 matrix of words whose row i is r[i].
+PG_TARGET_AVX512 PG_INLINE void Transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+}
+
+// Loads 16 rows (rows past `rows` zero) of B from element q0 of [p0, p0 + klen): 16 words
+// each (16 f32, or 32 16-bit values as pairs; masked past klen), then transposes them.
+PG_TARGET_AVX512 PG_INLINE int64_t LoadTransposed16(const Args& p, int64_t row0, int rows,
+                                                    int64_t p0, int64_t q0, int64_t klen,
+                                                    __m512i w[16]) {
+  const int64_t elem = static_cast<int64_t>(DTypeSize(p.b_dtype));
+  const int64_t per = elem == 4 ? 16 : 32, valid = std::min(per, klen - q0);
+  const char* base = static_cast<const char*>(p.b) + (row0 * p.ldb + p0 + q0) * elem;
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) {
+    const char* src = base + r * p.ldb * elem;
+    // Rows of B sit in different pages, which the hardware prefetcher does not run ahead in:
+    // ask for the line 4 blocks on (harmless past the row's end; prefetches do not fault).
+    _mm_prefetch(src + 256, _MM_HINT_T0);
+    if (r >= rows) {
+      w[r] = _mm512_setzero_si512();
+    } else if (elem == 4) {
+      w[r] = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u), src);
+    } else {
+      w[r] = _mm512_maskz_loadu_epi16(
+          valid == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << valid) - 1u), src);
+    }
+  }
+  Transpose16x16(w);
+  return valid;
+}
+
+// NR = 32 f32 panel (AVX-512 F kernel): bf16 -> f32 by shift / mask, f16 by vcvtph2ps.
+PG_TARGET_AVX512 void PackBAvx512F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
+                                     float* dst) {
+  constexpr int NR = 32;
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int h = 0; h < 2; ++h) {
+    const int rows = std::clamp(nr - 16 * h, 0, 16);
+    float* d = dst + 16 * h;
+    const int64_t per = p.b_dtype == DType::kF32 ? 16 : 32;
+    for (int64_t q0 = 0; q0 < klen; q0 += per) {
+      __m512i w[16];
+      const int64_t valid = LoadTransposed16(p, j0 + 16 * h, rows, p0, q0, klen, w);
+      float* dq = d + q0 * NR;
+      if (p.b_dtype == DType::kF32) {
+        for (int64_t t = 0; t < valid; ++t) _mm512_storeu_ps(dq + t * NR, _mm512_castsi512_ps(w[t]));
+        continue;
+      }
+      for (int64_t t = 0; 2 * t < valid; ++t) {
+        __m512 lo, hi;
+        if (p.b_dtype == DType::kBF16) {
+          lo = _mm512_castsi512_ps(_mm512_slli_epi32(w[t], 16));
+          hi = _mm512_castsi512_ps(_mm512_and_si512(w[t], hi_mask));
+        } else {
+          lo = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w[t]));
+          hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[t], 16)));
+        }
+        _mm512_storeu_ps(dq + 2 * t * NR, lo);
+        if (2 * t + 1 < valid) _mm512_storeu_ps(dq + (2 * t + 1) * NR, hi);
+      }
+    }
+  }
+}
+
+// f32 A strip for the 12-row AVX-512 kernel: 16 k-values of the 12 rows (4 zero rows) per
+// 16 x 16 transpose, each column's first 12 words stored (scalar PackAF32 spent a sixth of the
+// time of the kernels it fed at m = 128).
+PG_TARGET_AVX512 void PackAAvx512F32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen,
+                                     float* dst) {
+  constexpr int MR = 12;
+  const __mmask16 store12 = 0x0fff;
+  for (int64_t q0 = 0; q0 < klen; q0 += 16) {
+    const int64_t valid = std::min<int64_t>(16, klen - q0);
+    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+    __m512i w[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      w[r] = r < mr ? _mm512_maskz_loadu_epi32(mk, p.a + (i0 + r) * p.lda + p0 + q0)
+                    : _mm512_setzero_si512();
+    }
+    Transpose16x16(w);
+    for (int64_t t = 0; t < valid; ++t) _mm512_mask_storeu_epi32(dst + (q0 + t) * MR, store12, w[t]);
+  }
+}
+
+// NR = 32 bf16-pair panel (vdpbf16ps kernel): the transposed words are stored as they are (an
+// odd klen's last pair has a zero high half from the masked load).
+PG_TARGET_AVX512 void PackBAvx512Bf16Pairs(const Args& p, int64_t j0, int nr, int64_t p0,
+                                           int64_t klen, uint32_t* dst) {
+  constexpr int NR = 32;
+  for (int h = 0; h < 2; ++h) {
+    const int rows = std::clamp(nr - 16 * h, 0, 16);
+    for (int64_t q0 = 0; q0 < klen; q0 += 32) {
+      __m512i w[16];
+      const int64_t valid = LoadTransposed16(p, j0 + 16 * h, rows, p0, q0, klen, w);
+      uint32_t* dq = dst + 16 * h + q0 / 2 * NR;
+      for (int64_t t = 0; 2 * t < valid; ++t) _mm512_storeu_si512(dq + t * NR, w[t]);
+    }
+  }
+}
+
+// r[j] <- column j of the 8 x 8 matrix of floats whose row i is r[i].
+PG_TARGET_AVX2 PG_INLINE void Transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g) {
+    u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
+    u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// NR = 16 f32 panel (AVX2 kernel): 8 x 8 word transposes over whole blocks of 8 words (8 f32
+// or 16 16-bit values), the rest of the block element by element.
+PG_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
+                                 float* dst) {
+  constexpr int NR = 16;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(p.b_dtype));
+  const int64_t per = elem == 4 ? 8 : 16;
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  // Low (high) 16-bit halves of each 32-bit word to the low 8 bytes of each 128-bit lane.
+  const __m256i lo_halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1,
+                                             -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
+                                             -1, -1);
+  const __m256i hi_halves = _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1,
+                                             -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1,
+                                             -1, -1, -1, -1);
+  const int64_t whole = klen / per * per;
+  for (int h = 0; h < 2; ++h) {
+    const int rows = std::clamp(nr - 8 * h, 0, 8);
+    float* d = dst + 8 * h;
+    const char* base = static_cast<const char*>(p.b) + ((j0 + 8 * h) * p.ldb + p0) * elem;
+    for (int64_t q0 = 0; q0 < whole; q0 += per) {
+      __m256 w[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        w[r] = r < rows ? _mm256_loadu_ps(reinterpret_cast<const float*>(
+                              base + (r * p.ldb + q0) * elem))
+                        : _mm256_setzero_ps();
+      }
+      Transpose8x8(w);
+      float* dq = d + q0 * NR;
+      if (elem == 4) {
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(dq + t * NR, w[t]);
+        continue;
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        const __m256i v = _mm256_castps_si256(w[t]);
+        __m256 lo, hi;
+        if (p.b_dtype == DType::kBF16) {
+          lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+          hi = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+        } else {
+          const __m256i l = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, lo_halves), 0x08);
+          const __m256i u = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, hi_halves), 0x08);
+          lo = _mm256_cvtph_ps(_mm256_castsi256_si128(l));
+          hi = _mm256_cvtph_ps(_mm256_castsi256_si128(u));
+        }
+        _mm256_storeu_ps(dq + 2 * t * NR, lo);
+        _mm256_storeu_ps(dq + (2 * t + 1) * NR, hi);
+      }
+    }
+    PackBF32Scalar<NR>(p, j0, nr, p0, whole, klen, 8 * h, 8, dst);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels: C tile [MR, NR] (row stride ldc) = A strip · B micro-panel over `steps`
+// k-steps, + beta·C (beta == 0: C not read).
+
+// Row i of the tile (two vectors), masked to the tile's nr real columns (mask loads and stores
+// neither fault nor touch memory past them).
+PG_TARGET_AVX512 PG_INLINE void StoreRow512(float* c, __m512 v0, __m512 v1, float beta,
+                                            __mmask16 m0, __mmask16 m1) {
+  if (beta == 0.f) {
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+  } else {
+    const __m512 bv = _mm512_set1_ps(beta);
+    _mm512_mask_storeu_ps(c, m0, _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m0, c), v0));
+    _mm512_mask_storeu_ps(c + 16, m1,
+                          _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(m1, c + 16), v1));
+  }
+}
+
+PG_TARGET_AVX512 PG_INLINE void StoreTile512(const __m512* acc0, const __m512* acc1, int mr, int nr,
+                                             float* c, int64_t ldc, float beta) {
+  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffffu : (1u << std::max(0, nr - 16)) - 1u);
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    if (i < mr) StoreRow512(c + i * ldc, acc0[i], acc1[i], beta, m0, m1);
+  }
+}
+
+constexpr int kMr512 = 12;
+
+PG_TARGET_AVX512 void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c,
+                                   int64_t ldc, float beta, int mr, int nr) {
+  constexpr int MR = kMr512;
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(ap[i]);
+      acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
+    }
+    ap += MR;
+    bp += 32;
+  }
+  StoreTile512(acc0, acc1, mr, nr, c, ldc, beta);
+}
+
+PG_TARGET_AVX512BF16 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp,
+                                           float* c, int64_t ldc, float beta, int mr, int nr) {
+  constexpr int MR = kMr512;
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i]));
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], av, b0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
+    }
+    ap += MR;
+    bp += 32;
+  }
+  StoreTile512(acc0, acc1, mr, nr, c, ldc, beta);
+}
+
+constexpr int kMr256 = 6;
+
+PG_TARGET_AVX2 void KernelAvx2Full(int64_t steps, const float* ap, const float* bp, float* c,
+                                   int64_t ldc, float beta) {
+  constexpr int MR = kMr256;
+  __m256 acc0[MR], acc1[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    const __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 av = _mm256_broadcast_ss(ap + i);
+      acc0[i] = _mm256_fmadd_ps(av, b0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(av, b1, acc1[i]);
+    }
+    ap += MR;
+    bp += 16;
+  }
+  const __m256 bv = _mm256_set1_ps(beta);
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    if (beta == 0.f) {
+      _mm256_storeu_ps(ci, acc0[i]);
+      _mm256_storeu_ps(ci + 8, acc1[i]);
+    } else {
+      _mm256_storeu_ps(ci, _mm256_fmadd_ps(bv, _mm256_loadu_ps(ci), acc0[i]));
+      _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(bv, _mm256_loadu_ps(ci + 8), acc1[i]));
+    }
+  }
+}
+
+template <int MR, int NR>
+void KernelScalarFull(int64_t steps, const float* ap, const float* bp, float* c, int64_t ldc,
+                      float beta) {
+  float acc[MR][NR] = {};
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) acc[i][j] += ap[s * MR + i] * bp[s * NR + j];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      float* cij = c + i * ldc + j;
+      *cij = beta == 0.f ? acc[i][j] : acc[i][j] + beta * *cij;
+    }
+  }
+}
+
+// A kernel for whole tiles made to take edge tiles: computed whole into a buffer, only the
+// real mr x nr part added to C.
+template <int MR, int NR, auto kFull>
+void WithEdges(int64_t steps, const float* ap, const float* bp, float* c, int64_t ldc, float beta,
+               int mr, int nr) {
+  if (mr == MR && nr == NR) {
+    kFull(steps, ap, bp, c, ldc, beta);
+    return;
+  }
+  alignas(64) float tile[MR * NR];
+  kFull(steps, ap, bp, tile, NR, 0.f);
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * ldc;
+    for (int j = 0; j < nr; ++j) cr[j] = beta == 0.f ? tile[r * NR + j] : tile[r * NR + j] + beta * cr[j];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths: element type of the packed operands, tile, k-step, blocks (kc, mc, nc), packers,
+// kernel.
+
+template <int NR>
+void PackBScalar(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen, float* dst) {
+  PackBF32Scalar<NR>(p, j0, nr, p0, 0, klen, 0, NR, dst);
+}
+
+template <typename Elem, int MR, int NR, int Step, int64_t Kc, int64_t Mc, int64_t Nc, auto kPackA,
+          auto kPackB, auto kKernel>
+struct Path {
+  using T = Elem;
+  static constexpr int kMR = MR, kNR = NR, kStep = Step;
+  static constexpr PackedBlocking kBlock{MR, NR, Kc, Mc, Nc};
+  static constexpr auto PackA = kPackA;
+  static constexpr auto PackB = kPackB;
+  static constexpr auto Kernel = kKernel;
+};
+
+using ScalarPath = Path<float, 4, 4, 1, 256, 64, 256, PackAF32<4>, PackBScalar<4>,
+                        WithEdges<4, 4, KernelScalarFull<4, 4>>>;
+// Zen 3: 32 KiB L1d (B micro-panel 256 x 16 f32 = 16 KiB), 512 KiB L2 (A block 144 x 256 f32 =
+// 144 KiB).
+using Avx2Path = Path<float, kMr256, 16, 1, 256, 144, 1024, PackAF32<kMr256>, PackBAvx2F32,
+                      WithEdges<kMr256, 16, KernelAvx2Full>>;
+// 48 KiB L1d (B micro-panel 192 x 32 f32 = 24 KiB, A strip 9 KiB), 2 MiB L2 (A block 480 x 192
+// f32 = 360 KiB, B block 192 x 1024 f32 = 768 KiB).
+using Avx512Path =
+    Path<float, kMr512, 32, 1, 192, 480, 1024, PackAAvx512F32, PackBAvx512F32, KernelAvx512>;
+// Pairs halve the bytes per k: B micro-panel 192 pairs x 32 = 24 KiB at kc = 384.
+using Avx512Bf16Path = Path<uint32_t, kMr512, 32, 2, 384, 480, 1024, PackABf16Pairs<kMr512>,
+                            PackBAvx512Bf16Pairs, KernelAvx512Bf16>;
+
+// One thread's block of C: strips [s0, s1) of A (MR rows each) times B rows [j0, j1).
+template <typename P>
+void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int64_t strip_elems,
+                  int64_t s0, int64_t s1, int64_t j0, int64_t j1) {
+  using T = typename P::T;
+  constexpr int MR = P::kMR, NR = P::kNR;
+  const int64_t kc = P::kBlock.kc, nc = P::kBlock.nc, mc_strips = P::kBlock.mc / MR;
+  const int64_t steps_max = kc / P::kStep;
+  thread_local std::vector<T> bpack_storage;
+  const size_t need = static_cast<size_t>(std::min(nc, (j1 - j0 + NR - 1) / NR * NR) * steps_max);
+  if (bpack_storage.size() < need) bpack_storage.resize(need);
+  T* bpack = bpack_storage.data();
+  const char* b_bytes = static_cast<const char*>(p.b);
+  const int64_t elem = static_cast<int64_t>(DTypeSize(p.b_dtype));
+  for (int64_t jc = j0; jc < j1; jc += nc) {
+    const int64_t jn = std::min(nc, j1 - jc);
+    for (int64_t kb = 0; kb * kc < p.k; ++kb) {
+      const int64_t p0 = kb * kc, klen = std::min(kc, p.k - p0);
+      const int64_t steps = (klen + P::kStep - 1) / P::kStep;
+      const float beta = kb == 0 ? p.beta : 1.f;
+      for (int64_t ic = s0; ic < s1; ic += mc_strips) {
+        const int64_t ie = std::min(s1, ic + mc_strips);
+        for (int64_t jr = 0; jr < jn; jr += NR) {
+          T* bp = bpack + (jr / NR) * steps * NR;
+          const int nr = static_cast<int>(std::min<int64_t>(NR, jn - jr));
+          // The first m block packs each micro-panel just before its first use, and while the
+          // kernels run on it, prefetches the next micro-panel's rows of B into L2 (B comes
+          // from DRAM once per call; this overlaps that read with the arithmetic).
+          const bool first = ic == s0;
+          if (first) P::PackB(p, jc + jr, nr, p0, klen, bp);
+          const int64_t next_rows = first ? std::min<int64_t>(NR, jn - jr - NR) : 0;
+          const int64_t lines_per_row = (klen * elem + 63) / 64;
+          const int64_t lines = std::max<int64_t>(0, next_rows) * lines_per_row;
+          const int64_t per_strip = (lines + (ie - ic) - 1) / (ie - ic);
+          int64_t line = 0;
+          for (int64_t st = ic; st < ie; ++st) {
+            for (int64_t e = std::min(lines, line + per_strip); line < e; ++line) {
+              const int64_t row = jc + jr + NR + line / lines_per_row;
+              _mm_prefetch(b_bytes + (row * p.ldb + p0) * elem + (line % lines_per_row) * 64,
+                           _MM_HINT_T1);
+            }
+            const T* ap = apack + (kb * strips + st) * strip_elems;
+            const int64_t i = st * MR;
+            const int mr = static_cast<int>(std::min<int64_t>(MR, p.m - i));
+            P::Kernel(steps, ap, bp, p.c + i * p.ldc + jc + jr, p.ldc, beta, mr, nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Splits [0, n) into `parts` nearly equal ranges of whole units of `align`.
+void Split(int64_t n, int parts, int index, int64_t align, int64_t* begin, int64_t* end) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t per = units / parts, extra = units % parts;
+  const int64_t u0 = index * per + std::min<int64_t>(index, extra);
+  const int64_t u1 = u0 + per + (index < extra ? 1 : 0);
+  *begin = std::min(n, u0 * align);
+  *end = std::min(n, u1 * align);
+}
+
+template <typename P>
+void RunPacked(const Args& p) {
+  using T = typename P::T;
+  constexpr int MR = P::kMR, NR = P::kNR;
+  const int64_t kc = P::kBlock.kc;
+  const int64_t strips = (p.m + MR - 1) / MR, kblocks = (p.k + kc - 1) / kc;
+  const int64_t strip_elems = kc / P::kStep * MR;
+  // A packed once for all threads: [k-block][strip][step][MR].
+  thread_local std::vector<T> apack_storage;
+  const size_t need = static_cast<size_t>(kblocks * strips * strip_elems);
+  if (apack_storage.size() < need) apack_storage.resize(need);
+  T* apack = apack_storage.data();
+  const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && !omp_in_parallel();
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < kblocks * strips; ++t) {
+      const int64_t kb = t / strips, st = t % strips, p0 = kb * kc;
+      P::PackA(p, st * MR, static_cast<int>(std::min<int64_t>(MR, p.m - st * MR)), p0,
+               std::min(kc, p.k - p0), apack + t * strip_elems);
+    }
+    // (the loop's barrier: A is packed) Threads split n in micro-panels, or m in strips
+    // when n gives fewer than two micro-panels per thread.
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t panels = (p.n + NR - 1) / NR;
+    int64_t s0 = 0, s1 = strips, j0 = 0, j1 = p.n;
+    if (panels >= 2 * nt || strips < nt) {
+      Split(p.n, nt, tid, NR, &j0, &j1);
+    } else {
+      Split(strips, nt, tid, 1, &s0, &s1);
+    }
+    if (s0 < s1 && j0 < j1) ComputeBlock<P>(p, apack, strips, strip_elems, s0, s1, j0, j1);
+  }
+}
+
+IsaLevel LevelOf(PackedIsa isa) {
+  switch (isa) {
+    case PackedIsa::kAvx2:
+      return IsaLevel::kAvx2;
+    case PackedIsa::kAvx512:
+      return IsaLevel::kAvx512;
+    case PackedIsa::kAvx512Bf16:
+      return IsaLevel::kAvx512Bf16;
+    default:
+      return IsaLevel::kScalar;
+  }
+}
+
+}  // namespace
+
+const char* PackedIsaName(PackedIsa isa) { return IsaLevelName(LevelOf(isa)); }
+
+bool PackedIsaSupported(PackedIsa isa) { return IsaSupported(LevelOf(isa)); }
+
+PackedIsa BestPackedIsa() {
+  if (IsaSupported(IsaLevel::kAvx512)) return PackedIsa::kAvx512;
+  if (IsaSupported(IsaLevel::kAvx2)) return PackedIsa::kAvx2;
+  return PackedIsa::kScalar;
+}
+
+PackedBlocking PackedGemmBlocking(PackedIsa isa) {
+  switch (isa) {
+    case PackedIsa::kAvx2:
+      return Avx2Path::kBlock;
+    case PackedIsa::kAvx512:
+      return Avx512Path::kBlock;
+    case PackedIsa::kAvx512Bf16:
+      return Avx512Bf16Path::kBlock;
+    default:
+      return ScalarPath::kBlock;
+  }
+}
+
+void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta) {
+  CCTUNE_CHECK(b_dtype == DType::kF32 || b_dtype == DType::kBF16 || b_dtype == DType::kF16,
+               "PackedGemmNT: b_dtype must be f32, bf16 or f16, got ", DTypeName(b_dtype));
+  CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16 || b_dtype == DType::kBF16,
+               "PackedGemmNT: the avx512_bf16 path needs bf16 B, got ", DTypeName(b_dtype));
+  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedGemmNT: path ", PackedIsaName(isa),
+               " is not supported on this CPU");
+  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedGemmNT: negative size m=", m, " n=", n,
+               " k=", k);
+  CCTUNE_CHECK(m <= 1 || lda >= k, "PackedGemmNT: lda (", lda, ") < k (", k, ")");
+  CCTUNE_CHECK(n <= 1 || ldb >= k, "PackedGemmNT: ldb (", ldb, ") < k (", k, ")");
+  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedGemmNT: ldc (", ldc, ") < n (", n, ")");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  const Args p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
+  switch (isa) {
+    case PackedIsa::kAvx512Bf16:
+      RunPacked<Avx512Bf16Path>(p);
+      return;
+    case PackedIsa::kAvx512:
+      RunPacked<Avx512Path>(p);
+      return;
+    case PackedIsa::kAvx2:
+      RunPacked<Avx2Path>(p);
+      return;
+    default:
+      RunPacked<ScalarPath>(p);
+  }
+}
+
+}  // namespace cctune::cpu

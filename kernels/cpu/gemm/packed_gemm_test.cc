@@ -1,0 +1,164 @@
+#include "kernels/cpu/gemm/packed_gemm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype.h"
+#include "core/random.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/isa_test_util.h"
+#include "tests/util/float_near.h"
+
+namespace cctune::cpu {
+namespace {
+
+constexpr double kEps32 = 1.0 / (1 << 23);
+
+// The packed path of an ISA level.
+PackedIsa PathOf(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kAvx2:
+      return PackedIsa::kAvx2;
+    case IsaLevel::kAvx512:
+      return PackedIsa::kAvx512;
+    case IsaLevel::kAvx512Bf16:
+      return PackedIsa::kAvx512Bf16;
+    default:
+      return PackedIsa::kScalar;
+  }
+}
+
+// rows x cols values of `dtype` with row stride ld; the padding holds NaN so that a kernel
+// reading past a row poisons its result. `stored` keeps the (rounded) values as doubles.
+struct Operand {
+  int64_t rows, cols, ld;
+  DType dtype;
+  std::vector<uint8_t> buf;
+  std::vector<double> stored;
+
+  Operand(int64_t r, int64_t c, int64_t ld_, DType t, Generator* gen, bool fill = true)
+      : rows(r), cols(c), ld(ld_), dtype(t), stored(r * c, 0.0) {
+    buf.resize(static_cast<size_t>(std::max<int64_t>(1, r * ld)) * DTypeSize(t));
+    for (int64_t i = 0; i < r * ld; ++i) {
+      StoreFromDouble(buf.data(), t, i, std::numeric_limits<double>::quiet_NaN());
+    }
+    if (!fill) return;
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < c; ++j) {
+        StoreFromDouble(buf.data(), t, i * ld + j, 2.0 * gen->Uniform() - 1.0);
+        stored[i * c + j] = LoadAsDouble(buf.data(), t, i * ld + j);
+      }
+    }
+  }
+  double Get(int64_t i, int64_t j) const { return LoadAsDouble(buf.data(), dtype, i * ld + j); }
+  float* f32() { return reinterpret_cast<float*>(buf.data()); }
+};
+
+// Runs PackedGemmNT(isa) on one case and checks every element of C against the fp64 result
+// within tol·(sum_k |a·b| + |beta·c|), and that C's padding stays NaN (never written).
+void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
+               float beta, uint64_t seed) {
+  Generator gen(seed);
+  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
+  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
+  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
+                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    for (int64_t j = 0; j < c.ld && failures < 5; ++j) {
+      const double got = c.Get(i, j);
+      if (j >= n) {
+        if (!std::isnan(got)) {
+          ADD_FAILURE() << what << ": padding C[" << i << "," << j << "] written";
+          ++failures;
+        }
+        continue;
+      }
+      double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+      for (int64_t q = 0; q < k; ++q) {
+        const double prod = a.stored[i * k + q] * b.stored[j * k + q];
+        want += prod;
+        scale += std::fabs(prod);
+      }
+      const auto near = testing::FloatNear(got, want, 0, 0, tol * scale + 1e-30);
+      if (!near) {
+        ADD_FAILURE() << what << ": C[" << i << "," << j << "] " << near.message();
+        ++failures;
+      }
+    }
+  }
+}
+
+class PackedGemmTest : public testing::IsaLevelTest {};
+
+// Odd sizes around the tile and block edges (k odd: half a bf16 pair), strides, beta 0/1/0.5.
+TEST_P(PackedGemmTest, MatchesFp64Reference) {
+  const PackedIsa isa = PathOf(GetParam());
+  ASSERT_TRUE(PackedIsaSupported(isa));
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  uint64_t seed = 1;
+  int cases = 0;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    if (isa == PackedIsa::kAvx512Bf16 && dtype != DType::kBF16) continue;
+    for (int64_t m : {int64_t{1}, int64_t{bl.mr - 1}, int64_t{bl.mr}, int64_t{2 * bl.mr + 5}}) {
+      for (int64_t n : {int64_t{1}, int64_t{bl.nr + 1}, int64_t{3 * bl.nr - 1}}) {
+        for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{17}, bl.kc, bl.kc + 1, 2 * bl.kc + 7}) {
+          for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 5}}) {
+            CheckCase(isa, dtype, std::max<int64_t>(1, m), n, k, pad, beta, seed++);
+            if (HasFailure()) return;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 150);
+}
+
+// Several m blocks (m > mc) and n blocks (n > nc), and a shape that splits m across threads
+// (n narrower than two micro-panels per thread).
+TEST_P(PackedGemmTest, CrossesCacheBlocks) {
+  const PackedIsa isa = PathOf(GetParam());
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  const DType dtype = isa == PackedIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF16;
+  CheckCase(isa, dtype, bl.mc + bl.mr + 3, 2 * bl.nr + 3, 45, 1, 1.f, 11);
+  CheckCase(isa, dtype, 7, bl.nc + bl.nr + 5, 33, 2, 0.f, 12);
+  CheckCase(isa, DType::kBF16, 300, 5, 2 * bl.kc + 1, 0, 1.f, 13);
+}
+
+TEST_P(PackedGemmTest, ZeroKScalesC) {
+  const PackedIsa isa = PathOf(GetParam());
+  Generator gen(5);
+  Operand c(3, 4, 4, DType::kF32, &gen);
+  const float a = 1.f;
+  const bf16 b{};
+  PackedGemmNT(isa, 3, 4, 0, &a, 0, &b, DType::kBF16, 0, c.f32(), c.ld, -2.f);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(c.f32()[i], static_cast<float>(-2.0 * c.stored[i]));
+}
+
+CCTUNE_INSTANTIATE_ISA_LEVELS(PackedGemmTest);
+
+TEST(PackedGemmBlockingTest, BlocksAreWholeTilesAndSteps) {
+  for (PackedIsa isa :
+       {PackedIsa::kScalar, PackedIsa::kAvx2, PackedIsa::kAvx512, PackedIsa::kAvx512Bf16}) {
+    const PackedBlocking bl = PackedGemmBlocking(isa);
+    EXPECT_EQ(bl.mc % bl.mr, 0) << PackedIsaName(isa);
+    EXPECT_EQ(bl.nc % bl.nr, 0) << PackedIsaName(isa);
+    EXPECT_EQ(bl.kc % 2, 0) << PackedIsaName(isa);
+  }
+  EXPECT_NE(BestPackedIsa(), PackedIsa::kAvx512Bf16);
+  EXPECT_TRUE(PackedIsaSupported(BestPackedIsa()));
+}
+
+}  // namespace
+}  // namespace cctune::cpu
