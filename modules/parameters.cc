@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "core/storage.h"
 
 namespace cctune {
 
@@ -150,6 +151,55 @@ absl::StatusOr<ParameterArena> ParameterArena::Create(Module& module, DType defa
   return arena;
 }
 
+absl::StatusOr<ParameterArena> ParameterArena::CreateViewing(Module& module,
+                                                             const StateDict& state_dict,
+                                                             DType default_dtype,
+                                                             const Device& device) {
+  CCTUNE_ASSIGN_OR_RETURN(ParameterLayout layout,
+                          ParameterLayout::FromModule(module, default_dtype));
+  // Which parameters can be their state-dict tensor; the rest get owned buffers.
+  std::vector<const Tensor*> viewed(layout.entries().size(), nullptr);
+  std::vector<ParameterSpec> copied;
+  for (size_t i = 0; i < layout.entries().size(); ++i) {
+    const ParameterSpec& spec = layout.entries()[i].spec;
+    auto it = state_dict.find(spec.name);
+    const Tensor* src = it == state_dict.end() ? nullptr : &it->second;
+    if (src != nullptr && src->defined() && !device.is_meta() && src->device() == device &&
+        src->dtype() == spec.dtype && src->shape() == spec.shape && src->is_contiguous()) {
+      viewed[i] = src;
+    } else {
+      copied.push_back(spec);
+    }
+  }
+  CCTUNE_ASSIGN_OR_RETURN(ParameterLayout owned_layout, ParameterLayout::Create(std::move(copied)));
+  CCTUNE_ASSIGN_OR_RETURN(ParameterArena owned, Materialize(std::move(owned_layout), device));
+  ParameterArena arena;
+  arena.device_ = device;
+  arena.buffers_ = std::move(owned.buffers_);
+  arena.tensors_.reserve(layout.entries().size());
+  for (size_t i = 0; i < layout.entries().size(); ++i) {
+    const std::string& name = layout.entries()[i].spec.name;
+    if (viewed[i] != nullptr) {
+      arena.tensors_.emplace_back(name, *viewed[i]);
+      arena.viewed_bytes_ += viewed[i]->nbytes();
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(Tensor t, owned.Get(name));
+      arena.tensors_.emplace_back(name, std::move(t));
+    }
+  }
+  arena.layout_ = std::move(layout);
+  CCTUNE_RETURN_IF_ERROR(arena.LoadStateDict(state_dict, /*strict=*/true).status());
+  CCTUNE_RETURN_IF_ERROR(arena.Bind(module));
+  return arena;
+}
+
+absl::Status ParameterArena::RefuseIfViewing(const char* what) const {
+  if (viewed_bytes_ == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ParameterArena::", what, ": the arena views ", viewed_bytes_,
+      " bytes of checkpoint memory (CreateViewing); an arena to write into comes from Create"));
+}
+
 absl::Status ParameterArena::Bind(Module& module) const {
   // Check everything first so that a failed Bind leaves the module untouched.
   std::vector<std::pair<std::string, Parameter*>> params;
@@ -204,6 +254,7 @@ absl::Status ParameterArena::ZeroPadding() {
 }
 
 absl::Status ParameterArena::Zero() {
+  CCTUNE_RETURN_IF_ERROR(RefuseIfViewing("Zero"));
   for (Tensor& b : buffers_) {
     if (b.device().is_meta() || b.numel() == 0) continue;
     if (b.device().is_cpu()) {
@@ -217,6 +268,7 @@ absl::Status ParameterArena::Zero() {
 }
 
 absl::Status ParameterArena::InitializeRandom(Generator& gen) {
+  CCTUNE_RETURN_IF_ERROR(RefuseIfViewing("InitializeRandom"));
   if (device_.is_meta()) return absl::OkStatus();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     Tensor& t = tensors_[i].second;
@@ -240,9 +292,8 @@ absl::Status ParameterArena::InitializeRandom(Generator& gen) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
-    const StateDict& state_dict, bool strict) {
-  LoadReport report;
+absl::Status ParameterArena::CheckStateDict(const StateDict& state_dict, bool strict,
+                                            LoadReport& report) const {
   std::vector<std::string> missing_msg, unexpected_msg, mismatched;
   for (const ParameterLayout::Entry& e : layout_.entries()) {
     auto it = state_dict.find(e.spec.name);
@@ -298,14 +349,29 @@ absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
     msg.pop_back();
     return absl::InvalidArgumentError(msg);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
+    const StateDict& state_dict, bool strict) {
+  LoadReport report;
+  CCTUNE_RETURN_IF_ERROR(CheckStateDict(state_dict, strict, report));
   for (size_t i = 0; i < tensors_.size(); ++i) {
     auto it = state_dict.find(tensors_[i].first);
     if (it == state_dict.end()) continue;
-    if (!device_.is_meta()) {
-      absl::Status s = tensors_[i].second.CopyFrom(it->second);
+    Tensor& dst = tensors_[i].second;
+    const Tensor& src = it->second;
+    const bool is_src = dst.SharesStorageWith(src) && dst.offset() == src.offset() &&
+                        dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
+    if (!device_.is_meta() && !is_src) {
+      absl::Status s = dst.CopyFrom(src);
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("LoadStateDict: copying '", tensors_[i].first,
                                                    "': ", s.message()));
+      }
+      if (src.storage() != nullptr && src.storage()->file_mapped() && src.is_contiguous()) {
+        src.storage()->ReleasePages(static_cast<size_t>(src.offset()) * DTypeSize(src.dtype()),
+                                    src.nbytes());
       }
     }
     report.loaded.push_back(tensors_[i].first);
