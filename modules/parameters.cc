@@ -1,5 +1,6 @@
 #include "modules/parameters.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,28 @@ std::string ListSome(const std::vector<std::string>& items, size_t max_items = 1
   std::string s = absl::StrJoin(shown, ", ");
   if (items.size() > max_items) absl::StrAppend(&s, ", ... (", items.size() - max_items, " more)");
   return s;
+}
+
+// dst <- src. From a mapped file (contiguous), in row blocks of about kReleaseChunkBytes of
+// the source, releasing each block's pages once copied: a converting load holds one copy of
+// the weights plus one block, even for an embedding table of hundreds of MB.
+constexpr size_t kReleaseChunkBytes = size_t{8} << 20;
+
+absl::Status CopyReleasingPages(Tensor& dst, const Tensor& src) {
+  const bool mapped = src.storage() != nullptr && src.storage()->file_mapped() &&
+                      src.is_contiguous() && src.dim() >= 1 && src.size(0) > 0;
+  if (!mapped) return dst.CopyFrom(src);
+  const size_t esz = DTypeSize(src.dtype());
+  const size_t row_bytes = std::max<size_t>(1, src.nbytes() / static_cast<size_t>(src.size(0)));
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(kReleaseChunkBytes / row_bytes));
+  for (int64_t r = 0; r < src.size(0); r += rows) {
+    const int64_t n = std::min(rows, src.size(0) - r);
+    CCTUNE_ASSIGN_OR_RETURN(Tensor s, src.Narrow(0, r, n));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor d, dst.Narrow(0, r, n));
+    CCTUNE_RETURN_IF_ERROR(d.CopyFrom(s));
+    src.storage()->ReleasePages(static_cast<size_t>(s.offset()) * esz, s.nbytes());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -364,14 +387,10 @@ absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
     const bool is_src = dst.SharesStorageWith(src) && dst.offset() == src.offset() &&
                         dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
     if (!device_.is_meta() && !is_src) {
-      absl::Status s = dst.CopyFrom(src);
+      absl::Status s = CopyReleasingPages(dst, src);
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("LoadStateDict: copying '", tensors_[i].first,
                                                    "': ", s.message()));
-      }
-      if (src.storage() != nullptr && src.storage()->file_mapped() && src.is_contiguous()) {
-        src.storage()->ReleasePages(static_cast<size_t>(src.offset()) * DTypeSize(src.dtype()),
-                                    src.nbytes());
       }
     }
     report.loaded.push_back(tensors_[i].first);

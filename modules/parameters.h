@@ -144,9 +144,10 @@ class ParameterArena {
   // Copies the state dict's tensors into the arena, converting dtypes and moving across
   // devices as needed. Everything is validated before anything is written. Errors list the
   // missing and unexpected names and every shape mismatch with both shapes. A parameter that
-  // already is its state-dict tensor (CreateViewing) is left alone. Once a tensor of a mapped
-  // file (Storage::file_mapped) is copied, its pages are released (Storage::ReleasePages), so
-  // a converting load holds one copy of the weights plus the tensor in flight.
+  // already is its state-dict tensor (CreateViewing) is left alone. A tensor of a mapped file
+  // (Storage::file_mapped) is copied in row blocks of about 8 MB, each block's pages released
+  // once copied (Storage::ReleasePages): a converting load holds one copy of the weights plus
+  // one block.
   absl::StatusOr<LoadReport> LoadStateDict(const StateDict& state_dict, bool strict = true);
   // Views (not copies) of every parameter, by name.
   StateDict ExportStateDict() const;
