@@ -169,9 +169,10 @@ class HfCheckpointer final : public Checkpointer {
   HfCheckpointer(std::string dir, std::vector<std::string> files, std::string model_type)
       : dir_(std::move(dir)), files_(std::move(files)), model_type_(std::move(model_type)) {}
 
-  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+  absl::StatusOr<LoadedCheckpoint> Load(const CheckpointLoadOptions& load) override {
     HfLoadOptions options;
-    options.permute_qk = model_type_ != "QWEN2";  // torchtune's Qwen2 rotates half-split
+    const bool permute = model_type_ != "QWEN2";  // torchtune's Qwen2 rotates half-split
+    options.permute_qk = permute && !load.keep_qk_layout;
     options.alias_tied_output = true;
     CCTUNE_ASSIGN_OR_RETURN(HfCheckpoint ck, LoadHfCheckpoint(dir_, options));
     // Every configured file must be one the checkpoint is made of.
@@ -189,6 +190,7 @@ class HfCheckpointer final : public Checkpointer {
     out.files = std::move(ck.files);
     out.model_args.Set("checkpoint_dir", ConfigNode::String(dir_));
     out.model_args.Set("checkpoint_model_type", ConfigNode::String(model_type_));
+    out.qk_half_split = permute && !options.permute_qk;
     const HfModelConfig& c = ck.config;
     out.sizes.source = (fs::path(dir_) / "config.json").string();
     out.sizes.vocab_size = c.vocab_size;
@@ -213,7 +215,8 @@ class Llama2cCheckpointer final : public Checkpointer {
  public:
   explicit Llama2cCheckpointer(std::string path) : path_(std::move(path)) {}
 
-  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+  // llama2.c files hold q/k in the interleaved order already: nothing to keep or permute.
+  absl::StatusOr<LoadedCheckpoint> Load(const CheckpointLoadOptions&) override {
     CCTUNE_ASSIGN_OR_RETURN(Llama2cCheckpoint ck, LoadLlama2c(path_));
     const Llama2cHeader& c = ck.config;
     LoadedCheckpoint out;

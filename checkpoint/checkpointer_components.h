@@ -49,6 +49,19 @@ struct LoadedCheckpoint {
   // The files' safetensors __metadata__ (FullModelTorchTuneCheckpointer; e.g. the quantizer a
   // quantized checkpoint was made with, models/quantization.h).
   std::map<std::string, std::string> metadata;
+  // Loaded with keep_qk_layout from an HF checkpoint that a model rotating interleaved pairs
+  // would have had permuted: q/k rows are in the file's half-split (rotate_half) order, so the
+  // model must rotate half-split pairs (generation/model_loader.h UseHalfSplitRope).
+  bool qk_half_split = false;
+};
+
+struct CheckpointLoadOptions {
+  // Leave HF q/k weights in the file's half-split order instead of permuting them to the
+  // interleaved order at load (a copy of every q/k matrix): the tensors stay zero-copy views
+  // of the mapped files, and LoadedCheckpoint::qk_half_split says what the model must do.
+  // Attention scores are invariant to one permutation applied to both q and k head dims, so
+  // the logits match the permuted path. For inference; training and saving keep the default.
+  bool keep_qk_layout = false;
 };
 
 // InvalidArgument naming both values when `model` (built from the config's model node)
@@ -59,7 +72,13 @@ absl::Status CheckModelMatchesCheckpoint(const TransformerDecoder& model,
 class Checkpointer {
  public:
   virtual ~Checkpointer() = default;
-  virtual absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() = 0;
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() { return Load(CheckpointLoadOptions()); }
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const CheckpointLoadOptions& options) {
+    return Load(options);
+  }
+
+ protected:
+  virtual absl::StatusOr<LoadedCheckpoint> Load(const CheckpointLoadOptions& options) = 0;
 };
 
 using CheckpointerRegistryT = Registry<std::unique_ptr<Checkpointer>>;

@@ -1,6 +1,8 @@
 #include "checkpoint/checkpointer_components.h"
 
+#include <cmath>
 #include <fstream>
+#include <vector>
 
 #include "config/config.h"
 #include "generation/model_loader.h"
@@ -17,13 +19,107 @@ using ::testing::HasSubstr;
 
 std::string Assets() { return testing::RunfilePath("tests/assets/checkpoint"); }
 
-absl::StatusOr<LoadedCheckpoint> Load(const std::string& yaml) {
+absl::StatusOr<LoadedCheckpoint> Load(const std::string& yaml,
+                                      const CheckpointLoadOptions& options = {}) {
   CCTUNE_CHECK_OK(RegisterCheckpointers());
   absl::StatusOr<Config> cfg = Config::FromString(yaml, "ck.yaml");
   CCTUNE_CHECK_OK(cfg);
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> ck,
                           CheckpointerRegistry().InstantiateKey(cfg->root(), "checkpointer"));
-  return ck->LoadCheckpoint();
+  return ck->LoadCheckpoint(options);
+}
+
+std::string HfYaml(const std::string& dir, const std::string& model_type = "LLAMA2") {
+  return "checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n"
+         "  checkpoint_dir: " + Assets() + "/" + dir +
+         "\n  checkpoint_files: [model.safetensors]\n  model_type: " + model_type + "\n";
+}
+
+// Logits [1, 7, 32] of the asset models (vocab 32, 2 layers, 4/2 heads, hidden 16) for a
+// fixed prompt, with the weights loaded as given.
+std::vector<float> Logits(TransformerDecoder& model) {
+  const std::vector<int32_t> ids = {1, 5, 31, 7, 0, 19, 4};
+  Tensor tokens = ValueOrDie(Tensor::FromVector(ids, {1, 7}));
+  Tensor logits = ValueOrDie(Tensor::Empty({1, 7, 32}, DType::kF32));
+  CCTUNE_CHECK_OK(model.Forward(logits, tokens));
+  return ValueOrDie(logits.ToFloatVector());
+}
+
+// The attention scores q.k are invariant to one permutation of both q's and k's head dims:
+// HF q/k rows as stored with half-split RoPE give the permuted rows' logits with interleaved
+// RoPE, and loading them is zero-copy (every parameter views the mapped file).
+TEST(HfCheckpointerTest, KeptQkLayoutWithHalfSplitRopeMatchesThePermutedLoad) {
+  for (const char* dir : {"tiny_llama", "tiny_llama_sharded"}) {
+    SCOPED_TRACE(dir);
+    const std::string yaml =
+        std::string(dir) == "tiny_llama"
+            ? HfYaml(dir)
+            : "checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n"
+              "  checkpoint_dir: " + Assets() + "/" + dir +
+              "\n  checkpoint_files:\n    filename_format: model-{}-of-{}.safetensors\n"
+              "    max_filename: \"00003\"\n  model_type: LLAMA3\n";
+    LoadedCheckpoint permuted = ValueOrDie(Load(yaml));
+    EXPECT_FALSE(permuted.qk_half_split);
+    auto reference = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
+    ParameterArena ref_arena =
+        ValueOrDie(LoadWeights(*reference, permuted.state_dict, DType::kF32, Device::Cpu()));
+    EXPECT_EQ(ref_arena.viewed_bytes(), 0u);
+    const std::vector<float> want = Logits(*reference);
+
+    CheckpointLoadOptions keep;
+    keep.keep_qk_layout = true;
+    LoadedCheckpoint kept = ValueOrDie(Load(yaml, keep));
+    EXPECT_TRUE(kept.qk_half_split);
+    auto model = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
+    ASSERT_TRUE(UseHalfSplitRope(*model));
+    EXPECT_EQ(model->layer(1).attn().pos_embeddings()->pairing(), ops::RopePairing::kHalfSplit);
+    ParameterArena arena = ValueOrDie(LoadWeights(*model, kept.state_dict, DType::kF32,
+                                                  Device::Cpu(), /*view_checkpoint=*/true));
+    size_t weight_bytes = 0;
+    for (const auto& [name, t] : arena.named_tensors()) {
+      weight_bytes += t.nbytes();
+      const Tensor& src = kept.state_dict.at(name);
+      ASSERT_TRUE(src.storage()->file_mapped()) << name;
+      const char* begin = static_cast<const char*>(src.storage()->data());
+      const char* p = static_cast<const char*>(t.raw_data());
+      EXPECT_TRUE(t.SharesStorageWith(src) && p >= begin &&
+                  p + t.nbytes() <= begin + src.storage()->bytes())
+          << name << " does not view the mapped file";
+    }
+    EXPECT_EQ(arena.viewed_bytes(), weight_bytes);
+    EXPECT_TRUE(arena.buffers().empty());
+    kept = LoadedCheckpoint();  // the arena keeps the mappings alive
+    const std::vector<float> got = Logits(*model);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::abs(want[i]))) << i;
+    }
+
+    // The same weights copied (the arena's own buffers, q/k/v back to back and so one fused
+    // GEMM) give the same logits to the bit: each output is the same dot product either way.
+    LoadedCheckpoint kept_again = ValueOrDie(Load(yaml, keep));
+    auto copied = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
+    ASSERT_TRUE(UseHalfSplitRope(*copied));
+    ParameterArena copy_arena =
+        ValueOrDie(LoadWeights(*copied, kept_again.state_dict, DType::kF32, Device::Cpu()));
+    EXPECT_EQ(copy_arena.viewed_bytes(), 0u);
+    const std::vector<float> copied_logits = Logits(*copied);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(copied_logits[i], got[i]) << i;
+    }
+  }
+}
+
+TEST(HfCheckpointerTest, KeepQkLayoutChangesNothingForQwen2OrAHalfSplitModel) {
+  CheckpointLoadOptions keep;
+  keep.keep_qk_layout = true;
+  // Qwen2 is never permuted: the model rotates half-split pairs already.
+  LoadedCheckpoint qwen = ValueOrDie(Load(HfYaml("tiny_llama", "QWEN2"), keep));
+  EXPECT_FALSE(qwen.qk_half_split);
+  // A model that rotates half-split pairs of its own accord cannot take unpermuted weights.
+  auto model = ValueOrDie(TinyLlama(32, 2, 4, 2, 16, 24, 64));
+  ASSERT_TRUE(UseHalfSplitRope(*model));
+  EXPECT_FALSE(UseHalfSplitRope(*model));
 }
 
 TEST(HfCheckpointerTest, LoadsIntoAMatchingModel) {

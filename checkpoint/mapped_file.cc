@@ -47,7 +47,7 @@ absl::StatusOr<std::shared_ptr<Storage>> MapFile(const std::string& path) {
   const int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) return ErrnoError("cannot mmap", path, err);
-  return Storage::Wrap(p, size, Device::Cpu(), [p, size]() { ::munmap(p, size); });
+  return Storage::WrapFileMapping(p, size, [p, size]() { ::munmap(p, size); });
 }
 
 }  // namespace cctune

@@ -1,6 +1,7 @@
 // Memory-maps a whole file as CPU Storage, for zero-copy checkpoint loading. The mapping is
 // private and writable (copy-on-write): tensors viewing it may be updated in place without
-// ever changing the file. It is unmapped when the last tensor lets go of the Storage.
+// ever changing the file. It is unmapped when the last tensor lets go of the Storage, and it is
+// a Storage::WrapFileMapping, whose ReleasePages drops pages a loader has finished reading.
 #ifndef CCTUNE_CHECKPOINT_MAPPED_FILE_H_
 #define CCTUNE_CHECKPOINT_MAPPED_FILE_H_
 

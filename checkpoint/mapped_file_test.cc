@@ -1,5 +1,7 @@
 #include "checkpoint/mapped_file.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -33,6 +35,44 @@ TEST(MappedFileTest, MapsContentsPrivately) {
   auto again = MapFile(path);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(static_cast<const char*>((*again)->data())[0], bytes[0]);
+}
+
+// Resident pages of this process's mappings (the second field of /proc/self/statm).
+int64_t ResidentPages() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident;
+}
+
+TEST(MappedFileTest, ReleasePagesDropsResidencyAndKeepsTheData) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t n = 2048 * page;  // 8 MiB with 4 KiB pages
+  Generator gen(5);
+  std::string bytes(n, '\0');
+  for (char& c : bytes) c = static_cast<char>(gen.NextUint32());
+  const std::string path = TempPath("release");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+  auto m = MapFile(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE((*m)->file_mapped());
+  const int64_t before = ResidentPages();
+  EXPECT_EQ(std::memcmp((*m)->data(), bytes.data(), n), 0);  // faults every page in
+  const int64_t touched = ResidentPages();
+  EXPECT_GE(touched - before, static_cast<int64_t>(n / page) * 9 / 10);
+  // A range that starts and ends inside pages releases only the whole pages within it.
+  (*m)->ReleasePages(page / 2, n - page);
+  const int64_t released = ResidentPages();
+  EXPECT_LE(released, touched - static_cast<int64_t>(n / page) * 9 / 10);
+  // Still readable: the pages come back from the file.
+  EXPECT_EQ(std::memcmp((*m)->data(), bytes.data(), n), 0);
+  // Other storage is never released (it would lose data): a no-op.
+  auto owned = Storage::Allocate(Device::Cpu(), n);
+  ASSERT_TRUE(owned.ok());
+  EXPECT_FALSE((*owned)->file_mapped());
+  std::memcpy((*owned)->data(), bytes.data(), n);
+  (*owned)->ReleasePages(0, n);
+  EXPECT_EQ(std::memcmp((*owned)->data(), bytes.data(), n), 0);
 }
 
 TEST(MappedFileTest, EmptyAndMissing) {

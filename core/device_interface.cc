@@ -1,5 +1,8 @@
 #include "core/device_interface.h"
 
+#include "core/backend_library.h"
+#include "core/status.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -82,10 +85,16 @@ absl::StatusOr<DeviceInterface*> GetDeviceInterface(DeviceType type) {
         "meta tensors have no memory: materialise the model on cpu or cuda first");
   }
   DeviceInterface* iface = Slot(type).load();
+  if (iface != nullptr) return iface;
+  // Not linked in (a CPU binary): open the backend library, whose static initialiser
+  // registers the interface (core/backend_library.h).
+  CCTUNE_RETURN_IF_ERROR(LoadBackendLibrary(type));
+  iface = Slot(type).load();
   if (iface == nullptr) {
-    return absl::UnavailableError(
-        "cuda is not available: cctune was built without the CUDA backend (no toolkit found "
-        "at $CUDA_PATH or /usr/local/cuda when Bazel configured @local_cuda)");
+    return absl::UnavailableError(absl::StrCat(
+        "cuda is not available: ", BackendLibraryName(type),
+        " was loaded but registered no CUDA backend (it was built without the CUDA toolkit: "
+        "none found at $CUDA_PATH or /usr/local/cuda when Bazel configured @local_cuda)"));
   }
   return iface;
 }

@@ -1,5 +1,11 @@
 #include "core/storage.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
 #include "core/device_interface.h"
 #include "core/status.h"
 
@@ -17,6 +23,24 @@ std::shared_ptr<Storage> Storage::Wrap(void* data, size_t bytes, const Device& d
                                        std::function<void()> release) {
   return std::shared_ptr<Storage>(
       new Storage(data, bytes, device, /*owned=*/false, std::move(release)));
+}
+
+std::shared_ptr<Storage> Storage::WrapFileMapping(void* data, size_t bytes,
+                                                  std::function<void()> release) {
+  return std::shared_ptr<Storage>(new Storage(data, bytes, Device::Cpu(), /*owned=*/false,
+                                              std::move(release), /*file_mapped=*/true));
+}
+
+void Storage::ReleasePages(size_t offset, size_t bytes) const {
+  if (!file_mapped_ || data_ == nullptr || offset >= bytes_) return;
+  bytes = std::min(bytes, bytes_ - offset);
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_) + offset;
+  const uintptr_t first = (begin + page - 1) / page * page;  // whole pages only
+  const uintptr_t last = (begin + bytes) / page * page;
+  if (last <= first) return;
+  // Advisory: a failure leaves the pages resident, which is only a missed saving.
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 Storage::~Storage() {

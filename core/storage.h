@@ -20,6 +20,10 @@ class Storage {
   // Wraps memory owned elsewhere; `release` runs when the last tensor lets go.
   static std::shared_ptr<Storage> Wrap(void* data, size_t bytes, const Device& device,
                                        std::function<void()> release);
+  // Wraps a private (copy-on-write) mapping of a file (checkpoint/mapped_file): as Wrap, and
+  // ReleasePages may hand its pages back to the kernel, since they re-read from the file.
+  static std::shared_ptr<Storage> WrapFileMapping(void* data, size_t bytes,
+                                                  std::function<void()> release);
 
   ~Storage();
   Storage(const Storage&) = delete;
@@ -29,16 +33,31 @@ class Storage {
   size_t bytes() const { return bytes_; }
   const Device& device() const { return device_; }
   bool owned() const { return owned_; }
+  bool file_mapped() const { return file_mapped_; }
+
+  // For file mappings: drops the whole pages inside [offset, offset + bytes) from this
+  // process's resident set (madvise MADV_DONTNEED). The data stays readable: a later read
+  // faults it back in from the page cache or the file (so bytes changed in place through the
+  // copy-on-write mapping revert to the file's). A no-op for every other storage (where
+  // dropping pages would lose data). Loaders call it once a tensor has been converted, so that
+  // the peak RSS of a converting load is one copy of the weights plus the tensor in flight.
+  void ReleasePages(size_t offset, size_t bytes) const;
 
  private:
   Storage(void* data, size_t bytes, const Device& device, bool owned,
-          std::function<void()> release)
-      : data_(data), bytes_(bytes), device_(device), owned_(owned), release_(std::move(release)) {}
+          std::function<void()> release, bool file_mapped = false)
+      : data_(data),
+        bytes_(bytes),
+        device_(device),
+        owned_(owned),
+        file_mapped_(file_mapped),
+        release_(std::move(release)) {}
 
   void* data_;
   size_t bytes_;
   Device device_;
   bool owned_;
+  bool file_mapped_;
   std::function<void()> release_;
 };
 

@@ -28,8 +28,20 @@ struct LoadedModel {
 // (strict: missing, unexpected and mis-shaped tensors are errors naming them). An
 // "output.weight" that is the same tensor as "tok_embeddings.weight" (a checkpoint's alias of
 // a tied classifier) is ignored when the model ties its output itself.
+// With view_checkpoint (inference), ParameterArena::CreateViewing: tensors of the state dict
+// already in `dtype` on `device` are not copied but viewed (one copy of the weights in memory,
+// the mapped file's), and the rest are converted, releasing each mapped tensor's pages after.
 absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
-                                           DType dtype, const Device& device);
+                                           DType dtype, const Device& device,
+                                           bool view_checkpoint = false);
+
+// For a checkpoint loaded with keep_qk_layout whose qk_half_split is set: makes every
+// attention layer of `model` rotate half-split pairs where it rotated interleaved ones, which
+// with q/k as stored gives the interleaved model's attention scores (and logits) with the
+// permuted weights. Returns false, changing nothing, when some layer's RoPE already rotates
+// half-split pairs (the weights must then be permuted: load without keep_qk_layout). A model
+// without RoPE needs nothing either way (true).
+bool UseHalfSplitRope(TransformerDecoder& model);
 
 // The builder keys of "cctune.models.llama2c.llama2c" for a .bin file's llama2.c header, typed
 // (a map: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative when the

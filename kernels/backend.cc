@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "core/device_interface.h"
 #include "core/status.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -42,6 +43,11 @@ absl::StatusOr<OpBackend*> GetOpBackend(DeviceType type) {
         "no op backend for meta tensors: they have no data to compute on");
   }
   OpBackend* backend = Slot(type).load();
+  if (backend == nullptr) {
+    // A CPU binary opens the backend library on first use; it registers both interfaces.
+    CCTUNE_RETURN_IF_ERROR(GetDeviceInterface(type).status());
+    backend = Slot(type).load();
+  }
   if (backend == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "no op backend for ", TypeName(type),

@@ -1,10 +1,12 @@
 #include "modules/parameters.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "core/storage.h"
 
 namespace cctune {
 
@@ -18,6 +20,28 @@ std::string ListSome(const std::vector<std::string>& items, size_t max_items = 1
   std::string s = absl::StrJoin(shown, ", ");
   if (items.size() > max_items) absl::StrAppend(&s, ", ... (", items.size() - max_items, " more)");
   return s;
+}
+
+// dst <- src. From a mapped file (contiguous), in row blocks of about kReleaseChunkBytes of
+// the source, releasing each block's pages once copied: a converting load holds one copy of
+// the weights plus one block, even for an embedding table of hundreds of MB.
+constexpr size_t kReleaseChunkBytes = size_t{8} << 20;
+
+absl::Status CopyReleasingPages(Tensor& dst, const Tensor& src) {
+  const bool mapped = src.storage() != nullptr && src.storage()->file_mapped() &&
+                      src.is_contiguous() && src.dim() >= 1 && src.size(0) > 0;
+  if (!mapped) return dst.CopyFrom(src);
+  const size_t esz = DTypeSize(src.dtype());
+  const size_t row_bytes = std::max<size_t>(1, src.nbytes() / static_cast<size_t>(src.size(0)));
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(kReleaseChunkBytes / row_bytes));
+  for (int64_t r = 0; r < src.size(0); r += rows) {
+    const int64_t n = std::min(rows, src.size(0) - r);
+    CCTUNE_ASSIGN_OR_RETURN(Tensor s, src.Narrow(0, r, n));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor d, dst.Narrow(0, r, n));
+    CCTUNE_RETURN_IF_ERROR(d.CopyFrom(s));
+    src.storage()->ReleasePages(static_cast<size_t>(s.offset()) * esz, s.nbytes());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -150,6 +174,55 @@ absl::StatusOr<ParameterArena> ParameterArena::Create(Module& module, DType defa
   return arena;
 }
 
+absl::StatusOr<ParameterArena> ParameterArena::CreateViewing(Module& module,
+                                                             const StateDict& state_dict,
+                                                             DType default_dtype,
+                                                             const Device& device) {
+  CCTUNE_ASSIGN_OR_RETURN(ParameterLayout layout,
+                          ParameterLayout::FromModule(module, default_dtype));
+  // Which parameters can be their state-dict tensor; the rest get owned buffers.
+  std::vector<const Tensor*> viewed(layout.entries().size(), nullptr);
+  std::vector<ParameterSpec> copied;
+  for (size_t i = 0; i < layout.entries().size(); ++i) {
+    const ParameterSpec& spec = layout.entries()[i].spec;
+    auto it = state_dict.find(spec.name);
+    const Tensor* src = it == state_dict.end() ? nullptr : &it->second;
+    if (src != nullptr && src->defined() && !device.is_meta() && src->device() == device &&
+        src->dtype() == spec.dtype && src->shape() == spec.shape && src->is_contiguous()) {
+      viewed[i] = src;
+    } else {
+      copied.push_back(spec);
+    }
+  }
+  CCTUNE_ASSIGN_OR_RETURN(ParameterLayout owned_layout, ParameterLayout::Create(std::move(copied)));
+  CCTUNE_ASSIGN_OR_RETURN(ParameterArena owned, Materialize(std::move(owned_layout), device));
+  ParameterArena arena;
+  arena.device_ = device;
+  arena.buffers_ = std::move(owned.buffers_);
+  arena.tensors_.reserve(layout.entries().size());
+  for (size_t i = 0; i < layout.entries().size(); ++i) {
+    const std::string& name = layout.entries()[i].spec.name;
+    if (viewed[i] != nullptr) {
+      arena.tensors_.emplace_back(name, *viewed[i]);
+      arena.viewed_bytes_ += viewed[i]->nbytes();
+    } else {
+      CCTUNE_ASSIGN_OR_RETURN(Tensor t, owned.Get(name));
+      arena.tensors_.emplace_back(name, std::move(t));
+    }
+  }
+  arena.layout_ = std::move(layout);
+  CCTUNE_RETURN_IF_ERROR(arena.LoadStateDict(state_dict, /*strict=*/true).status());
+  CCTUNE_RETURN_IF_ERROR(arena.Bind(module));
+  return arena;
+}
+
+absl::Status ParameterArena::RefuseIfViewing(const char* what) const {
+  if (viewed_bytes_ == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ParameterArena::", what, ": the arena views ", viewed_bytes_,
+      " bytes of checkpoint memory (CreateViewing); an arena to write into comes from Create"));
+}
+
 absl::Status ParameterArena::Bind(Module& module) const {
   // Check everything first so that a failed Bind leaves the module untouched.
   std::vector<std::pair<std::string, Parameter*>> params;
@@ -204,6 +277,7 @@ absl::Status ParameterArena::ZeroPadding() {
 }
 
 absl::Status ParameterArena::Zero() {
+  CCTUNE_RETURN_IF_ERROR(RefuseIfViewing("Zero"));
   for (Tensor& b : buffers_) {
     if (b.device().is_meta() || b.numel() == 0) continue;
     if (b.device().is_cpu()) {
@@ -217,6 +291,7 @@ absl::Status ParameterArena::Zero() {
 }
 
 absl::Status ParameterArena::InitializeRandom(Generator& gen) {
+  CCTUNE_RETURN_IF_ERROR(RefuseIfViewing("InitializeRandom"));
   if (device_.is_meta()) return absl::OkStatus();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     Tensor& t = tensors_[i].second;
@@ -240,9 +315,8 @@ absl::Status ParameterArena::InitializeRandom(Generator& gen) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
-    const StateDict& state_dict, bool strict) {
-  LoadReport report;
+absl::Status ParameterArena::CheckStateDict(const StateDict& state_dict, bool strict,
+                                            LoadReport& report) const {
   std::vector<std::string> missing_msg, unexpected_msg, mismatched;
   for (const ParameterLayout::Entry& e : layout_.entries()) {
     auto it = state_dict.find(e.spec.name);
@@ -298,11 +372,22 @@ absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
     msg.pop_back();
     return absl::InvalidArgumentError(msg);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterArena::LoadReport> ParameterArena::LoadStateDict(
+    const StateDict& state_dict, bool strict) {
+  LoadReport report;
+  CCTUNE_RETURN_IF_ERROR(CheckStateDict(state_dict, strict, report));
   for (size_t i = 0; i < tensors_.size(); ++i) {
     auto it = state_dict.find(tensors_[i].first);
     if (it == state_dict.end()) continue;
-    if (!device_.is_meta()) {
-      absl::Status s = tensors_[i].second.CopyFrom(it->second);
+    Tensor& dst = tensors_[i].second;
+    const Tensor& src = it->second;
+    const bool is_src = dst.SharesStorageWith(src) && dst.offset() == src.offset() &&
+                        dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
+    if (!device_.is_meta() && !is_src) {
+      absl::Status s = CopyReleasingPages(dst, src);
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("LoadStateDict: copying '", tensors_[i].first,
                                                    "': ", s.message()));

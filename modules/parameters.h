@@ -8,6 +8,9 @@
 //   CCTUNE_RETURN_IF_ERROR(arena.LoadStateDict(state_dict).status());
 //
 // On Device::Meta() nothing is allocated: a 405B model can be built and counted.
+// For inference, ParameterArena::CreateViewing loads without copying: parameters whose
+// checkpoint tensor already has the run's dtype view the (mapped) checkpoint memory, and only
+// the others get owned buffer space.
 // The layout is a value (ParameterLayout) so that gradients or optimizer moments can get an
 // arena with the same names, shapes and order (ParameterArena::Allocate(layout.WithDType(..))).
 #ifndef CCTUNE_MODULES_PARAMETERS_H_
@@ -99,6 +102,16 @@ class ParameterArena {
   // parameter contents uninitialised, padding zero) and binds the views into the module.
   static absl::StatusOr<ParameterArena> Create(Module& module, DType default_dtype,
                                                const Device& device);
+  // Zero-copy loading, for inference: as Create followed by LoadStateDict(state_dict, strict),
+  // except that a parameter whose state-dict tensor already has the parameter's dtype and
+  // shape, lies on `device` and is contiguous is not copied: its view IS that tensor, sharing
+  // its storage (e.g. a mapped checkpoint file, which then stays mapped while the arena lives).
+  // Only the other parameters get owned buffers (buffers() covers those alone, and
+  // viewed_bytes() counts the rest), so the weights are in memory once. The views may be
+  // copy-on-write file mappings: writing into them never changes the file, but an arena for
+  // training wants its own buffers (Create + LoadStateDict).
+  static absl::StatusOr<ParameterArena> CreateViewing(Module& module, const StateDict& state_dict,
+                                                      DType default_dtype, const Device& device);
   // An arena with `layout`, bound to no module (gradients, optimizer state). Zero-filled.
   static absl::StatusOr<ParameterArena> Allocate(ParameterLayout layout, const Device& device);
 
@@ -112,21 +125,29 @@ class ParameterArena {
   int64_t NumParameters() const { return layout_.NumParameters(); }
   size_t Bytes() const { return layout_.Bytes(); }
   // One flat tensor [numel] per buffer of the layout (what a fused optimizer or an
-  // all-reduce walks).
+  // all-reduce walks). For an arena from CreateViewing: the buffers of the copied parameters
+  // only (possibly none).
   const std::vector<Tensor>& buffers() const { return buffers_; }
+  // Bytes of parameters that view memory the arena does not own (CreateViewing); 0 otherwise.
+  size_t viewed_bytes() const { return viewed_bytes_; }
   // (name, view) in layout order.
   const std::vector<std::pair<std::string, Tensor>>& named_tensors() const { return tensors_; }
   // The view called `name`, or NotFound naming it.
   absl::StatusOr<Tensor> Get(const std::string& name) const;
 
   // Fills every parameter by its ParameterInit, deterministically for `gen`'s state.
+  // FailedPrecondition for an arena that views memory it does not own (CreateViewing).
   absl::Status InitializeRandom(Generator& gen);
-  // Sets every buffer (padding included) to zero.
+  // Sets every buffer (padding included) to zero. FailedPrecondition as InitializeRandom.
   absl::Status Zero();
 
   // Copies the state dict's tensors into the arena, converting dtypes and moving across
   // devices as needed. Everything is validated before anything is written. Errors list the
-  // missing and unexpected names and every shape mismatch with both shapes.
+  // missing and unexpected names and every shape mismatch with both shapes. A parameter that
+  // already is its state-dict tensor (CreateViewing) is left alone. A tensor of a mapped file
+  // (Storage::file_mapped) is copied in row blocks of about 8 MB, each block's pages released
+  // once copied (Storage::ReleasePages): a converting load holds one copy of the weights plus
+  // one block.
   absl::StatusOr<LoadReport> LoadStateDict(const StateDict& state_dict, bool strict = true);
   // Views (not copies) of every parameter, by name.
   StateDict ExportStateDict() const;
@@ -136,11 +157,15 @@ class ParameterArena {
   // Padding stays zero, so whole-buffer passes (checksums, all-reduce) see defined values.
   static absl::StatusOr<ParameterArena> Materialize(ParameterLayout layout, const Device& device);
   absl::Status ZeroPadding();
+  // LoadStateDict's checks: every problem, before anything is written.
+  absl::Status CheckStateDict(const StateDict& state_dict, bool strict, LoadReport& report) const;
+  absl::Status RefuseIfViewing(const char* what) const;
 
   ParameterLayout layout_;
   Device device_ = Device::Cpu();
   std::vector<Tensor> buffers_;
   std::vector<std::pair<std::string, Tensor>> tensors_;
+  size_t viewed_bytes_ = 0;
 };
 
 }  // namespace cctune

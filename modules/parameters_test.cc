@@ -327,5 +327,102 @@ TEST(ParameterArenaTest, InitializeRandomFollowsEachInitAndIsDeterministic) {
   for (double v : ValueOrDie(ValueOrDie(arena_a.Get("zeros")).ToDoubleVector())) EXPECT_EQ(v, 0.0);
 }
 
+
+// A bf16 state dict whose tensors all view ONE storage (as a mapped checkpoint's do).
+StateDict PackedBf16StateDict(const ParameterArena& like, uint64_t seed,
+                              std::shared_ptr<Storage>* storage) {
+  int64_t total = 0;
+  for (const auto& [name, t] : like.named_tensors()) total += t.numel();
+  Generator gen(seed);
+  Tensor flat = ValueOrDie(RandomNormal({total}, DType::kBF16, gen));
+  *storage = flat.storage();
+  StateDict sd;
+  int64_t offset = flat.offset();
+  for (const auto& [name, t] : like.named_tensors()) {
+    sd[name] = ValueOrDie(Tensor::FromStorage(flat.storage(), t.shape(), DType::kBF16, offset));
+    offset += t.numel();
+  }
+  return sd;
+}
+
+TEST(ParameterArenaTest, CreateViewingAliasesSameDtypeTensorsAndCopiesTheRest) {
+  Toy shape_source;
+  auto like = ValueOrDie(ParameterArena::Create(shape_source, DType::kBF16, Device::Cpu()));
+  std::shared_ptr<Storage> storage;
+  const StateDict sd = PackedBf16StateDict(like, 3, &storage);
+  const char* begin = static_cast<const char*>(storage->data());
+  const char* end = begin + storage->bytes();
+
+  Toy model;
+  const int64_t before = GetMemoryStats(Device::Cpu()).current_bytes;
+  auto arena = ValueOrDie(ParameterArena::CreateViewing(model, sd, DType::kBF16, Device::Cpu()));
+  const int64_t owned = GetMemoryStats(Device::Cpu()).current_bytes - before;
+  size_t viewed = 0;
+  for (const auto& [name, t] : arena.named_tensors()) {
+    const char* p = static_cast<const char*>(t.raw_data());
+    if (name == "f32_only") {  // declared f32: converted into an owned buffer
+      EXPECT_EQ(t.dtype(), DType::kF32);
+      EXPECT_FALSE(p >= begin && p < end) << name;
+    } else {
+      EXPECT_TRUE(p >= begin && p + t.nbytes() <= end) << name << " is not a view";
+      EXPECT_EQ(p, static_cast<const char*>(sd.at(name).raw_data())) << name;
+      viewed += t.nbytes();
+    }
+    // Bound into the module, and holding the state dict's values.
+    EXPECT_EQ(ValueOrDie(t.ToFloatVector()), ValueOrDie(sd.at(name).ToFloatVector())) << name;
+  }
+  EXPECT_EQ(arena.viewed_bytes(), viewed);
+  EXPECT_EQ(viewed, (3 * 5 + 7 + 3) * sizeof(uint16_t));
+  // Only the copied parameter's buffer (2x3 f32, aligned) was allocated.
+  ASSERT_EQ(arena.buffers().size(), 1u);
+  EXPECT_EQ(arena.buffers()[0].numel(), 6);
+  EXPECT_EQ(owned, static_cast<int64_t>(6 * sizeof(float)));
+  int bound = 0;
+  static_cast<const Module&>(model).ForEachParameter(Module::ConstParameterFn([&](const std::string& name, const Parameter& p) {
+    EXPECT_EQ(p.value.raw_data(), ValueOrDie(arena.Get(name)).raw_data()) << name;
+    ++bound;
+  }));
+  EXPECT_EQ(bound, 4);
+  // It views memory it does not own: no writes through the arena's whole-arena passes.
+  Generator gen(1);
+  EXPECT_EQ(arena.InitializeRandom(gen).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(arena.Zero().message()), HasSubstr("CreateViewing"));
+}
+
+TEST(ParameterArenaTest, CreateViewingCopiesEverythingWhenTheDtypeDiffers) {
+  Toy shape_source;
+  auto like = ValueOrDie(ParameterArena::Create(shape_source, DType::kBF16, Device::Cpu()));
+  std::shared_ptr<Storage> storage;
+  const StateDict sd = PackedBf16StateDict(like, 4, &storage);
+  Toy viewing_model, copying_model;
+  auto viewing =
+      ValueOrDie(ParameterArena::CreateViewing(viewing_model, sd, DType::kF32, Device::Cpu()));
+  auto copying = ValueOrDie(ParameterArena::Create(copying_model, DType::kF32, Device::Cpu()));
+  ASSERT_TRUE(copying.LoadStateDict(sd).ok());
+  EXPECT_EQ(viewing.viewed_bytes(), 0u);
+  EXPECT_TRUE(viewing.Zero().ok());
+  Toy again;
+  auto viewing2 = ValueOrDie(ParameterArena::CreateViewing(again, sd, DType::kF32, Device::Cpu()));
+  for (const auto& [name, t] : viewing2.named_tensors()) {
+    EXPECT_EQ(ValueOrDie(t.ToFloatVector()), ValueOrDie(ValueOrDie(copying.Get(name)).ToFloatVector()))
+        << name;
+  }
+}
+
+TEST(ParameterArenaTest, CreateViewingReportsProblemsAsLoadStateDict) {
+  Toy model;
+  auto like = ValueOrDie(ParameterArena::Create(model, DType::kBF16, Device::Cpu()));
+  std::shared_ptr<Storage> storage;
+  StateDict sd = PackedBf16StateDict(like, 5, &storage);
+  sd.erase("norm");
+  sd["w"] = ValueOrDie(Tensor::Empty({5, 3}, DType::kBF16));
+  Toy fresh;
+  auto arena = ParameterArena::CreateViewing(fresh, sd, DType::kBF16, Device::Cpu());
+  ASSERT_FALSE(arena.ok());
+  EXPECT_THAT(std::string(arena.status().message()), HasSubstr("1 missing [norm [7]]"));
+  EXPECT_THAT(std::string(arena.status().message()), HasSubstr("w: checkpoint [5, 3] vs model [3, 5]"));
+  EXPECT_FALSE(fresh.IsMaterialized());
+}
+
 }  // namespace
 }  // namespace cctune

@@ -30,6 +30,10 @@ class RotaryPositionalEmbeddings : public Module {
   int64_t max_seq_len() const { return max_seq_len_; }
   double base() const { return base_; }
   ops::RopePairing pairing() const { return pairing_; }
+  // Which pairs rotate from now on. The cos/sin tables serve both pairings (pair i turns by
+  // angle i either way), so nothing is rebuilt. Used to run HF q/k weights as stored
+  // (half-split) in a model built for interleaved pairs; Forward and Backward both follow it.
+  void set_pairing(ops::RopePairing pairing) { pairing_ = pairing; }
   const std::optional<ops::RopeScaling>& scaling() const { return scaling_; }
 
   // Builds the cos/sin tables on `device` unless they are there already (no-op on meta).

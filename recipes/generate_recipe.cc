@@ -150,20 +150,44 @@ absl::Status RunGenerateRecipe(const Config& config) {
                           TokenizerRegistry().InstantiateKey(root, "tokenizer"));
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> checkpointer,
                           CheckpointerRegistry().InstantiateKey(root, "checkpointer"));
-  CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint());
   if (const ConfigNode* q = root.Find("quantizer"); q != nullptr && !q->IsNull() &&
                                                     !device.is_cpu()) {
     return absl::UnimplementedError(absl::StrCat(
         "quantizer: the quantized kernels run on the CPU only; set device: cpu (got ",
         device.ToString(), ")"));
   }
+  // Zero-copy where the dtypes agree: q/k stay in the file's order (the model's RoPE follows
+  // them), and the arena views the mapped files; the rest is converted (docs/architecture.md,
+  // "Loading weights").
+  const auto load_start = std::chrono::steady_clock::now();
+  CheckpointLoadOptions load_options;
+  load_options.keep_qk_layout = true;
+  CCTUNE_ASSIGN_OR_RETURN(LoadedCheckpoint ckpt, checkpointer->LoadCheckpoint(load_options));
   // The model component, or its quantized form (the `quantizer` key; recipes/quantize_recipe.h).
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
                           BuildModelForCheckpoint(root, ckpt));
   CCTUNE_RETURN_IF_ERROR(CheckModelMatchesCheckpoint(*model, ckpt));
-  CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
-                          LoadWeights(*model, ckpt.state_dict, dtype, device));
-  ckpt = LoadedCheckpoint();  // unmaps the files
+  if (ckpt.qk_half_split && !UseHalfSplitRope(*model)) {
+    // The model rotates half-split pairs of its own accord: it takes the permuted q/k.
+    ckpt = LoadedCheckpoint();
+    CCTUNE_ASSIGN_OR_RETURN(ckpt, checkpointer->LoadCheckpoint());
+    // Again through the quantizer: a quantize-at-load replaced the first load's state dict.
+    CCTUNE_ASSIGN_OR_RETURN(model, BuildModelForCheckpoint(root, ckpt));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena, LoadWeights(*model, ckpt.state_dict, dtype, device,
+                                                            /*view_checkpoint=*/true));
+  ckpt = LoadedCheckpoint();  // unmaps the files no parameter views
+  {
+    double weight_bytes = 0;
+    for (const auto& named : arena.named_tensors()) weight_bytes += named.second.nbytes();
+    const double viewed = static_cast<double>(arena.viewed_bytes());
+    std::fprintf(stderr,
+                 "Model loaded in %.02f sec: %.02f GB of weights, %.02f GB viewed in the "
+                 "checkpoint files, %.02f GB copied\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start)
+                     .count(),
+                 Gb(weight_bytes), Gb(viewed), Gb(weight_bytes - viewed));
+  }
   // Ids the tokenizer can produce must index the model's embedding; otherwise a prompt with a
   // high id fails late and stop tokens past the model's vocabulary could never be generated.
   // (A model with more rows than tokens, as Qwen2.5's padded vocabulary, is fine.)
@@ -286,8 +310,10 @@ absl::Status RunGenerateRecipe(const Config& config) {
   } else {
     std::fprintf(stderr, "Decode: 0 tokens (only the first token was generated)\n");
   }
+  // Allocations at their peak plus the weights viewed in the mapped files (resident too).
   std::fprintf(stderr, "Memory used: %.02f GB\n",
-               Gb(static_cast<double>(GetMemoryStats(device).peak_bytes)));
+               Gb(static_cast<double>(GetMemoryStats(device).peak_bytes) +
+                  static_cast<double>(arena.viewed_bytes())));
   if (enable_kv_cache) {
     const KVCache& cache = *model->layer(0).attn().kv_cache();
     std::fprintf(stderr,

@@ -22,8 +22,15 @@ CCTUNE_MARCH_COPTS = select({
 def cctune_cc_library(name, copts = [], **kwargs):
     cc_library(name = name, copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts, **kwargs)
 
-def cctune_cc_binary(name, copts = [], **kwargs):
-    cc_binary(name = name, copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts, **kwargs)
+def cctune_cc_binary(name, copts = [], linkopts = [], **kwargs):
+    """A program. It exports its symbols (-rdynamic) so that a backend library it opens at run
+    time (libcctune_cuda.so, core/backend_library.h) binds to its registries and allocator."""
+    cc_binary(
+        name = name,
+        copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts,
+        linkopts = ["-rdynamic"] + linkopts,
+        **kwargs
+    )
 
 def cctune_cc_test(name, deps = [], copts = [], size = "small", **kwargs):
     """A GoogleTest test with gmock and gtest_main."""

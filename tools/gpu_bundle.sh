@@ -12,7 +12,8 @@
 # DEST holds run.sh (see its header), MANIFEST.txt, tests.txt / benches.txt and
 # payload.tar.gz: bin/ (the stripped binaries) and lib/ (every shared library they load that
 # the GPU machine is not expected to have: Bazel's own _solib libraries, abseil, protobuf,
-# yaml-cpp, OpenBLAS + libgfortran, gtest, benchmark, libgomp, libcudart, ...),
+# yaml-cpp, OpenBLAS + libgfortran, gtest, benchmark, libgomp, libcudart, ..., and
+# libcctune_cuda.so, the CUDA backend that recipe binaries open at run time from ../lib),
 # which run.sh unpacks into a temporary folder. Left out on purpose, to come from the GPU machine: glibc (libc, libm,
 # libpthread, libdl, librt, ld-linux), libstdc++ and libgcc_s (newer there: Ubuntu 24.04,
 # glibc 2.39, against Debian 12's 2.36 here), the driver (libcuda, libnvidia-*) and cuBLAS
@@ -53,6 +54,11 @@ BENCHES=(
   //kernels/cuda:cuda_ops_bench
   //benchmarks:generate_kv_cache
 )
+# Shared libraries opened at run time (dlopen), shipped in lib/ where core/backend_library.cc
+# looks (the binary's ../lib): the CUDA backend that CPU-linked recipe binaries load for cuda.
+DLOPENED=(
+  //kernels/cuda:libcctune_cuda.so
+)
 
 # Sonames the GPU machine supplies itself (see the header). Everything else ldd reports is
 # carried; a library ldd cannot find here is an error.
@@ -69,7 +75,7 @@ BAZEL_FLAGS=(--config="$CONFIG" --symlink_prefix=/)
 
 # Every C++ compile action of the bundle must carry one -march, and never "native".
 echo "== bazel aquery: -march of the compile actions (--config=$CONFIG)"
-targets="$(printf ' + %s' "${TESTS[@]}" "${BENCHES[@]}")"
+targets="$(printf ' + %s' "${TESTS[@]}" "${BENCHES[@]}" "${DLOPENED[@]}")"
 AQUERY="$(bazel --output_base="$OUTPUT_BASE" aquery "${BAZEL_FLAGS[@]}" --output=text \
   "mnemonic('CppCompile', deps(${targets# + }))" 2>/dev/null)" || die "bazel aquery failed"
 compiles="$(grep -c "^action 'Compiling" <<<"$AQUERY" || true)"
@@ -83,7 +89,8 @@ MARCH="$(grep -o -- '-march=[A-Za-z0-9_.-]*' <<<"$AQUERY" | sort -u | tr '\n' ' 
 [[ -z "${GPU_BUNDLE_CHECK_ONLY:-}" ]] || { echo "== flags ok (GPU_BUNDLE_CHECK_ONLY: not building)"; exit 0; }
 
 echo "== bazel build (output base $OUTPUT_BASE, --config=$CONFIG: $MARCH)"
-bazel --output_base="$OUTPUT_BASE" build "${BAZEL_FLAGS[@]}" "${TESTS[@]}" "${BENCHES[@]}"
+bazel --output_base="$OUTPUT_BASE" build "${BAZEL_FLAGS[@]}" "${TESTS[@]}" "${BENCHES[@]}" \
+  "${DLOPENED[@]}"
 BIN_DIR="$(bazel --output_base="$OUTPUT_BASE" info "${BAZEL_FLAGS[@]}" bazel-bin 2>/dev/null)"
 grep -q 'CUDA_ENABLED = True' "$OUTPUT_BASE/external/local_cuda/defs.bzl" ||
   die "@local_cuda is disabled ($(grep CUDA_MISSING "$OUTPUT_BASE/external/local_cuda/defs.bzl"))"
@@ -100,13 +107,15 @@ mkdir -p "$DEST" "$STAGE/bin" "$STAGE/lib"
 
 echo "== binaries and libraries -> $DEST"
 declare -A CARRIED=()  # soname -> where it came from
-for label in "${TESTS[@]}" "${BENCHES[@]}"; do
+for label in "${TESTS[@]}" "${BENCHES[@]}" "${DLOPENED[@]}"; do
   src="$(label_path "$label")"
   [[ -x "$src" ]] || die "$label: no binary at $src"
   name="$(basename "$src")"
-  cp "$src" "$STAGE/bin/$name"
-  chmod u+w "$STAGE/bin/$name"
-  strip --strip-unneeded "$STAGE/bin/$name"
+  dir=bin
+  [[ " ${DLOPENED[*]} " == *" $label "* ]] && dir=lib
+  cp "$src" "$STAGE/$dir/$name"
+  chmod u+w "$STAGE/$dir/$name"
+  strip --strip-unneeded "$STAGE/$dir/$name"
   # ldd lists the whole closure (libraries of libraries too), resolved through the binary's
   # RUNPATH ($ORIGIN/.../_solib_k8 for Bazel's libraries) and the system's paths.
   ldd_out="$(ldd "$src")"
