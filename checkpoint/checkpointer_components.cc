@@ -243,7 +243,8 @@ class TorchTuneCheckpointer final : public Checkpointer {
  public:
   explicit TorchTuneCheckpointer(std::vector<std::string> files) : files_(std::move(files)) {}
 
-  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint() override {
+  // No q/k permutation in torchtune names, so the load options change nothing.
+  absl::StatusOr<LoadedCheckpoint> Load(const CheckpointLoadOptions&) override {
     LoadedCheckpoint out;
     for (const std::string& path : files_) {
       CCTUNE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
