@@ -1033,7 +1033,11 @@ TEST(DecoderForwardModesTest, TrainingEvaluationAndCachedDecodingAgree) {
       };
       check(0, s0);
       for (int64_t p = s0; p < s; ++p) check(p, 1);
-      EXPECT_LE(worst, 1e-6 * max_abs) << "cached decoding vs full forward";
+      // Cached decoding runs the m = 1 streaming GEMV (its own tile shapes and horizontal
+      // sums, different per ISA level) where the full forward runs m = b·s rows, so the f32
+      // sums round in another order: tens of ULPs of the largest logit after two layers and a
+      // softmax (1.2e-6·max seen at --config=avx2). A wrong cache is off by O(max).
+      EXPECT_LE(worst, 3e-5 * max_abs) << "cached decoding vs full forward";
       m.decoder->DeleteCaches();
     }
   }
