@@ -22,6 +22,8 @@ PACKAGES=(
   clang                # --config=fuzz (libFuzzer targets)
   libclang-rt-14-dev
   lld
+  libopenmpi-dev       # distributed/: the MPI process group, NCCL's bootstrap
+  openmpi-bin          # mpirun: the launcher, and the multi-process tests
 )
 
 missing=()
