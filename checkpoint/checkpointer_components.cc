@@ -317,6 +317,13 @@ void CheckCheckpointerOutputDir(const ConfigNode& root, std::vector<ConfigError>
       "${output_dir} or remove it")));
 }
 
+void CheckRecipeCheckpointer(const ConfigNode& root, std::vector<ConfigError>* errors) {
+  if (const ConfigNode* ck = root.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
+    CheckCheckpointFilesExist(*ck, errors);
+  }
+  CheckCheckpointerOutputDir(root, errors);
+}
+
 absl::Status CheckModelMatchesCheckpoint(const TransformerDecoder& model,
                                          const LoadedCheckpoint& checkpoint) {
   const CheckpointModelSizes& c = checkpoint.sizes;

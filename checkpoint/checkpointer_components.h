@@ -95,6 +95,10 @@ void CheckCheckpointFilesExist(const ConfigNode& checkpointer, std::vector<Confi
 // differ (trailing '/' and "./" aside), so that a checkpointer output_dir never goes unused.
 void CheckCheckpointerOutputDir(const ConfigNode& root, std::vector<ConfigError>* errors);
 
+// A recipe's checks of the `checkpointer` of its resolved config `root`: its files
+// (CheckCheckpointFilesExist, when it is a map) and its output_dir (CheckCheckpointerOutputDir).
+void CheckRecipeCheckpointer(const ConfigNode& root, std::vector<ConfigError>* errors);
+
 // Registers the checkpointers above (idempotent, thread-safe).
 absl::Status RegisterCheckpointers();
 

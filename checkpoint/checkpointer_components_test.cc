@@ -253,6 +253,22 @@ TEST(CheckCheckpointFilesExistTest, ReportsEachMissingFileAtItsLine) {
   EXPECT_THAT(errors[1].ToString(), HasSubstr("ck.yaml:6"));
 }
 
+TEST(CheckRecipeCheckpointerTest, ChecksFilesAndOutputDir) {
+  const std::string dir = testing::TestTempDir("ck_recipe");
+  Config cfg = ValueOrDie(Config::FromString(
+      "output_dir: /tmp/run\ncheckpointer:\n  checkpoint_dir: " + dir +
+          "\n  checkpoint_files: [model.bin]\n  output_dir: /tmp/other\n",
+      "ck.yaml"));
+  std::vector<ConfigError> errors;
+  CheckRecipeCheckpointer(cfg.root(), &errors);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_THAT(errors[0].ToString(), HasSubstr("model.bin' does not exist"));
+  EXPECT_THAT(errors[1].ToString(), HasSubstr("differs from output_dir '/tmp/run'"));
+  errors.clear();
+  CheckRecipeCheckpointer(ValueOrDie(Config::FromString("checkpointer: null\n")).root(), &errors);
+  EXPECT_TRUE(errors.empty());
+}
+
 TEST(CheckCheckpointerOutputDirTest, MustBeTheRecipesOutputDir) {
   auto problems = [](const std::string& yaml) {
     Config cfg = ValueOrDie(Config::FromString(yaml, "ck.yaml"));

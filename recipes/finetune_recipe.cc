@@ -46,10 +46,7 @@ std::vector<ConfigError> ValidateConfig(const Config& config, const FinetuneStra
   std::vector<ConfigError> errors = Validate(config, schema);
   Config resolved = config;
   if (!resolved.resolved()) resolved.ResolveCollectingErrors();  // errors already reported
-  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
-    CheckCheckpointFilesExist(*ck, &errors);
-  }
-  CheckCheckpointerOutputDir(resolved.root(), &errors);
+  CheckRecipeCheckpointer(resolved.root(), &errors);
   for (ConfigError& e : ConflictingValidationKeys(config.root())) errors.push_back(e);
   for (const char* key : {"dataset", "validation_dataset", "dataset_val"}) {
     for (ConfigError& e : MissingDatasetFiles(resolved.root(), key)) errors.push_back(e);

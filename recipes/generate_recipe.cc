@@ -114,10 +114,7 @@ std::vector<ConfigError> ValidateGenerateConfig(const Config& config) {
   // Files the checkpointer would read: on the resolved tree (a copy when unresolved).
   Config resolved = config;
   if (!resolved.resolved()) resolved.ResolveCollectingErrors();  // errors already reported
-  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
-    CheckCheckpointFilesExist(*ck, &errors);
-  }
-  CheckCheckpointerOutputDir(resolved.root(), &errors);
+  CheckRecipeCheckpointer(resolved.root(), &errors);
   return errors;
 }
 

@@ -127,10 +127,7 @@ std::vector<ConfigError> ValidateQuantizeConfig(const Config& config) {
   std::vector<ConfigError> errors = Validate(config, QuantizeRecipeSchema());
   Config resolved = config;
   if (!resolved.resolved()) resolved.ResolveCollectingErrors();  // errors already reported
-  if (const ConfigNode* ck = resolved.Find("checkpointer"); ck != nullptr && ck->IsMap()) {
-    CheckCheckpointFilesExist(*ck, &errors);
-  }
-  CheckCheckpointerOutputDir(resolved.root(), &errors);
+  CheckRecipeCheckpointer(resolved.root(), &errors);
   return errors;
 }
 
