@@ -1,0 +1,109 @@
+// Sharded data parallel over a ParameterArena (ZeRO / FSDP's flat-parameter sharding): every
+// buffer of the arena is padded to a multiple of the world size N and cut into N equal
+// contiguous shards; rank r owns shard r of the parameters' optimizer state and of the
+// reduced gradients.
+//
+//   CCTUNE_RETURN_IF_ERROR(PadArenaForSharding(model, world_size, params));  // then build grads
+//   CCTUNE_ASSIGN_OR_RETURN(ShardedArena sharded, ShardedArena::Create(pg, params, grads));
+//   optimizer over sharded.OptimizerBuffers();
+//   per step: backward into `grads` (full, local) -> sharded.ReduceScatterGradients() (sums
+//   the ranks' gradients into this rank's shard, zeroes `grads`) -> clip over the global
+//   norm -> optimizer.Step() on the shard -> sharded.AllGatherParameters() (every rank's
+//   arena holds the updated weights again).
+//
+// What this is: ZeRO-2's partitioning of the optimizer state and of the reduced gradients
+// (1/N per rank), with the parameters replicated for the compute and the whole gradient arena
+// reduce-scattered once per step after the backward; the per-layer gather before each
+// layer's forward (ZeRO-3, FSDP2's reshard_after_forward) is not built yet (docs/distributed.md).
+//
+// Collectives on scalars (AllReduceScalar) all-gather the values' bits and combine them in
+// rank order in fp64, so every rank gets the same, exactly rounded result whatever the backend.
+#ifndef CCTUNE_DISTRIBUTED_FSDP_H_
+#define CCTUNE_DISTRIBUTED_FSDP_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "distributed/process_group.h"
+#include "modules/module.h"
+#include "modules/parameters.h"
+#include "training/optim.h"
+
+namespace cctune {
+
+// Elements per shard of a buffer of `numel` elements over `world_size` ranks: ceil(numel / N)
+// (the buffer is padded to N * ShardNumel).
+int64_t ShardNumel(int64_t numel, int world_size);
+
+// `v` combined over every rank with `op` (kSum / kAvg in fp64, in rank order; kMax), the same
+// value on every rank.
+absl::StatusOr<double> AllReduceScalar(ProcessGroup& pg, double v, ReduceOp op);
+
+// Replaces `params` (bound to `model`) with a copy whose buffers are padded to a multiple of
+// `world_size` elements (zero padding), bound to `model`. No copy when they already are.
+absl::Status PadArenaForSharding(Module& model, int world_size, ParameterArena& params);
+
+class ShardedArena {
+ public:
+  // `params` and `grads` (f32, the same element offsets, e.g. params.layout().WithDType(kF32)
+  // .PadBuffersTo(N)) must outlive it, with every buffer a multiple of pg->world_size()
+  // elements: InvalidArgument naming the buffer otherwise.
+  // The arenas' buffers are referenced (their storage is shared), not copied.
+  static absl::StatusOr<ShardedArena> Create(ProcessGroup* pg, const ParameterArena& params,
+                                             const ParameterArena& grads);
+
+  int num_buffers() const { return static_cast<int>(shard_grads_.size()); }
+  // Elements of this rank's shard of buffer `b`, and where it starts in the buffer.
+  int64_t shard_numel(int b) const { return shard_grads_[b].numel(); }
+  int64_t shard_offset(int b) const { return pg_->rank() * shard_numel(b); }
+  // Bytes of the reduced gradient shards this rank holds.
+  int64_t ShardGradientBytes() const;
+
+  // One buffer per arena buffer: this rank's shard of the parameters (a view of `params`)
+  // and its reduced-gradient shard, named as ArenaParamBuffers names the whole buffers
+  // ("buffer<i>_<dtype>"), so the optimizer state names do not depend on the world size.
+  std::vector<ParamBuffer> OptimizerBuffers() const;
+
+  // Every rank's gradient arena summed into this rank's gradient shards (reduce-scatter);
+  // then zeroes the gradient arena for the next step's accumulation.
+  absl::Status ReduceScatterGradients();
+  // Every rank's parameter shard gathered into every rank's `params` buffers.
+  absl::Status AllGatherParameters();
+
+ private:
+  ShardedArena() = default;
+  ProcessGroup* pg_ = nullptr;
+  std::vector<Tensor> params_;  // the arenas' buffers
+  std::vector<Tensor> grads_;
+  std::vector<Tensor> shard_grads_;   // f32 [shard_numel]
+  std::vector<Tensor> shard_params_;  // views of params_' buffers
+  std::vector<Tensor> staging_;       // all-gather inputs (a copy of the shard)
+};
+
+// Resharding a 1-D tensor saved sharded at another world size: `old_shards` are the old
+// ranks' shards (equal sizes, f32) in rank order; returns elements [rank * shard_numel,
+// (rank + 1) * shard_numel) of their concatenation as a new f32 CPU tensor, zero past its
+// end. The elements the new shards leave out must be zero (padding): InvalidArgument
+// otherwise, and when the shards differ in size or dtype.
+absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, int64_t shard_numel,
+                                     int rank, int world_size);
+
+// The optimizer state of shard `rank` of `world_size` from the states every rank of a run at
+// another world size saved (`old_states`, in rank order): rank 0's name, step and
+// hyperparameters, each tensor "<buffer>.<kind>" resharded (ReshardTensor) to
+// `shard_numel[<buffer>]` elements. At the same world size it is `old_states[rank]`.
+// InvalidArgument when the states disagree (optimizer, tensor names) or name a buffer
+// `shard_numel` lacks; Unimplemented for state that is not f32 (AdamW8bit's packed codes)
+// across world sizes.
+absl::StatusOr<OptimizerState> ReshardOptimizerState(
+    const std::vector<OptimizerState>& old_states,
+    const std::map<std::string, int64_t>& shard_numel, int rank, int world_size);
+
+}  // namespace cctune
+
+#endif  // CCTUNE_DISTRIBUTED_FSDP_H_
