@@ -1,6 +1,7 @@
 #include "distributed/process_group.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -169,6 +170,19 @@ absl::StatusOr<std::unique_ptr<Work>> ProcessGroup::StartReduceScatter(const Ten
                                                                        Tensor& output,
                                                                        ReduceOp op) {
   return std::unique_ptr<Work>(new DoneWork(ReduceScatter(input, output, op)));
+}
+
+void ProcessGroup::Abort(const absl::Status& status) const {
+  std::fprintf(stderr, "cctune: rank %d of %d: %s; aborting the run\n", rank(), world_size(),
+               status.ToString().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void AbortRun(const ProcessGroup& pg, const absl::Status& status) {
+  pg.Abort(status);
+  std::_Exit(1);  // an override that returned
 }
 
 std::unique_ptr<ProcessGroup> CreateSingleProcessGroup() {

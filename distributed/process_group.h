@@ -91,7 +91,18 @@ class ProcessGroup {
                                                                Tensor& output);
   virtual absl::StatusOr<std::unique_ptr<Work>> StartReduceScatter(const Tensor& input,
                                                                    Tensor& output, ReduceOp op);
+
+  // Ends this process and every other rank of the run now, after printing `status` to stderr
+  // with this rank's number; does not return. The default exits with status 1 (a world of
+  // one); the MPI backend calls MPI_Abort (mpirun then kills the other ranks).
+  [[noreturn]] virtual void Abort(const absl::Status& status) const;
 };
+
+// For recipes, after a failed collective: `AbortRun(*pg, status)` ends every rank at once,
+// exit status 1. Returning the error from main works too: a process whose collective failed
+// skips MPI_Finalize at exit (it would wait for the lost rank), so it exits non-zero and
+// mpirun stops the others (docs/distributed.md, "Failures").
+[[noreturn]] void AbortRun(const ProcessGroup& pg, const absl::Status& status);
 
 // A world of one: every collective copies or keeps its input.
 std::unique_ptr<ProcessGroup> CreateSingleProcessGroup();
