@@ -18,9 +18,11 @@
 #include "core/status.h"
 #include "recipes/finetune_utils.h"
 #include "recipes/builtin_configs.h"
+#include "recipes/full_finetune_distributed.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
 #include "recipes/quantize_recipe.h"
+#include "recipes/lora_finetune_distributed.h"
 #include "recipes/lora_finetune_single_device.h"
 #include "recipes/recipe_main.h"
 
@@ -335,6 +337,10 @@ const std::vector<RecipeInfo>& Recipes() {
       info(LoRAFinetuneRecipe(),
            {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
             "llama3_2/1B_lora_single_device"}),
+      info(FullFinetuneDistributedRecipe(),
+           {"demo/full_finetune_distributed", "llama3_1/8B_full", "llama3_2/1B_full"}),
+      info(LoRAFinetuneDistributedRecipe(),
+           {"demo/lora_finetune_distributed", "llama3_1/8B_lora", "llama3_2/1B_lora"}),
       info(QuantizeRecipe(), {"llama2c/quantization"}),
   };
   return *recipes;
