@@ -56,6 +56,9 @@ struct ProcessGroupOptions {
   // Every collective fails after this many seconds (the `distributed_timeout_seconds`
   // config key).
   double timeout_seconds = 300;
+  // The device of the group's tensors (the "nccl" backend's GPU). CreateProcessGroup sets it
+  // from its `device` argument.
+  Device device = Device::Cpu();
 };
 
 // A collective in flight (overlap: start the next layer's all-gather, compute, then Wait).
@@ -108,8 +111,9 @@ class ProcessGroup {
 std::unique_ptr<ProcessGroup> CreateSingleProcessGroup();
 
 // The group of `env` with `options.backend`. Unimplemented, naming the backend, when this
-// build lacks it (e.g. "nccl" without the CUDA toolkit); a world of one is always "single"
-// unless a backend is named.
+// build lacks it; a world of one is always "single" unless a backend is named. "nccl" opens
+// libcctune_nccl.so first (distributed/nccl_process_group.h): Unavailable naming the places
+// tried and dlerror (e.g. no libnccl.so.2) when it cannot.
 using ProcessGroupFactory = std::function<absl::StatusOr<std::unique_ptr<ProcessGroup>>(
     const DistributedEnv& env, const ProcessGroupOptions& options)>;
 // Backends register themselves (from a static initialiser in their library).
