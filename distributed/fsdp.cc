@@ -1,12 +1,19 @@
 #include "distributed/fsdp.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/ops.h"
 
 namespace cctune {
 
@@ -20,6 +27,36 @@ absl::Status ZeroTensor(Tensor& t) {
   }
   CCTUNE_ASSIGN_OR_RETURN(Tensor zeros, Tensor::Zeros(t.shape(), t.dtype()));
   return t.CopyFrom(zeros);
+}
+
+// Hands elements [begin, end) of `buf` back to the kernel (the whole pages inside; on the CPU
+// only). With `zero` the range reads as zeros afterwards (the partial pages at its ends are
+// cleared by hand; private anonymous pages come back zero-filled).
+absl::Status DiscardRange(const Tensor& buf, int64_t begin, int64_t end, bool zero) {
+  if (end <= begin) return absl::OkStatus();
+  if (!buf.device().is_cpu()) {
+    if (!zero) return absl::OkStatus();
+    CCTUNE_ASSIGN_OR_RETURN(Tensor part, buf.Narrow(0, begin, end - begin));
+    return ZeroTensor(part);
+  }
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const size_t esz = DTypeSize(buf.dtype());
+  char* base = static_cast<char*>(buf.raw_data());
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base + begin * esz);
+  const uintptr_t e = reinterpret_cast<uintptr_t>(base + end * esz);
+  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;
+  if (last <= first) {
+    if (zero) std::memset(reinterpret_cast<void*>(b), 0, e - b);
+    return absl::OkStatus();
+  }
+  if (zero) {
+    std::memset(reinterpret_cast<void*>(b), 0, first - b);
+    std::memset(reinterpret_cast<void*>(last), 0, e - last);
+  }
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0 && zero) {
+    std::memset(reinterpret_cast<void*>(first), 0, last - first);  // kept resident, but zero
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -128,6 +165,193 @@ absl::Status ShardedArena::AllGatherParameters() {
     Tensor& full = params_[b];
     CCTUNE_RETURN_IF_ERROR(pg_->AllGather(staging_[b], full));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::Create(
+    ProcessGroup* pg, const ParameterArena& params, const ParameterArena& grads, int num_layers,
+    bool tied_output, bool reshard_after_forward) {
+  const int n = pg->world_size();
+  if (params.buffers().size() != 1 || grads.buffers().size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "per-layer sharding: the arena has ", params.buffers().size(),
+        " buffers (one dtype is needed)"));
+  }
+  const Tensor& p = params.buffers()[0];
+  const Tensor& g = grads.buffers()[0];
+  if (p.numel() != g.numel() || g.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError("per-layer sharding: the gradient arena does not match");
+  }
+  auto out = std::unique_ptr<LayerShardedArena>(new LayerShardedArena());
+  out->pg_ = pg;
+  out->params_ = p;
+  out->grads_ = g;
+  out->num_layers_ = num_layers;
+  out->tied_ = tied_output;
+  out->reshard_after_forward_ = reshard_after_forward;
+  const int num_units = num_layers + 2;
+  std::vector<int64_t> begin(num_units, -1);
+  int last = 0;
+  for (const ParameterLayout::Entry& e : params.layout().entries()) {
+    int u = num_layers + 1;
+    const std::string& name = e.spec.name;
+    if (absl::StartsWith(name, "tok_embeddings.")) {
+      u = 0;
+    } else if (absl::StartsWith(name, "layers.")) {
+      const size_t dot = name.find('.', 7);
+      int i = 0;
+      if (dot != std::string::npos && absl::SimpleAtoi(name.substr(7, dot - 7), &i) && i >= 0 &&
+          i < num_layers) {
+        u = i + 1;
+      }
+    }
+    if (u < last) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "per-layer sharding: parameter ", name, " is out of order (its layer's parameters are "
+          "not contiguous in the arena)"));
+    }
+    last = u;
+    if (begin[u] < 0) begin[u] = e.offset;
+  }
+  for (int u = 0; u < num_units; ++u) {
+    if (begin[u] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("per-layer sharding: unit ", u, " is empty"));
+    }
+  }
+  begin[0] = 0;
+  for (int u = 0; u < num_units; ++u) {
+    Unit x;
+    x.begin = begin[u];
+    x.end = u + 1 < num_units ? begin[u + 1] : p.numel();
+    const int64_t len = x.end - x.begin;
+    if (len % n != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "per-layer sharding: unit ", u, " has ", len, " elements, not a multiple of ", n,
+          " ranks"));
+    }
+    x.shard = len / n;
+    CCTUNE_ASSIGN_OR_RETURN(x.shard_param, p.Narrow(0, x.begin + pg->rank() * x.shard, x.shard));
+    CCTUNE_ASSIGN_OR_RETURN(x.staging, Tensor::Empty({x.shard}, p.dtype(), p.device()));
+    CCTUNE_ASSIGN_OR_RETURN(x.view, p.Narrow(0, x.begin, len));
+    CCTUNE_ASSIGN_OR_RETURN(x.grad_view, g.Narrow(0, x.begin, len));
+    CCTUNE_ASSIGN_OR_RETURN(x.shard_grad, Tensor::Zeros({x.shard}, DType::kF32, g.device()));
+    CCTUNE_ASSIGN_OR_RETURN(x.reduced, Tensor::Empty({x.shard}, DType::kF32, g.device()));
+    out->units_.push_back(std::move(x));
+  }
+  // From here on a rank keeps its own shards; the rest comes back when a unit is used.
+  CCTUNE_RETURN_IF_ERROR(DiscardRange(g, 0, g.numel(), /*zero=*/true));
+  CCTUNE_RETURN_IF_ERROR(out->ReleaseAll());
+  return out;
+}
+
+std::vector<ParamBuffer> LayerShardedArena::OptimizerBuffers() const {
+  std::vector<ParamBuffer> out;
+  for (int u = 0; u < num_units(); ++u) {
+    out.push_back({absl::StrCat("unit", u, "_", DTypeName(params_.dtype())), units_[u].shard_param,
+                   units_[u].shard_grad});
+  }
+  return out;
+}
+
+int64_t LayerShardedArena::ShardGradientBytes() const {
+  int64_t bytes = 0;
+  for (const Unit& x : units_) bytes += static_cast<int64_t>(x.shard_grad.nbytes());
+  return bytes;
+}
+
+int64_t LayerShardedArena::ResidentForeignElements() const {
+  int64_t n = 0;
+  for (const Unit& x : units_) {
+    if (x.resident) n += (x.end - x.begin) - x.shard;
+  }
+  return n;
+}
+
+int LayerShardedArena::UnitOfStage(int stage) const {
+  if (stage < 0) return 0;
+  if (stage >= num_layers_) return num_layers_ + 1;
+  return stage + 1;
+}
+
+absl::Status LayerShardedArena::Prefetch(int u) {
+  if (u < 0 || u >= num_units()) return absl::OkStatus();
+  Unit& x = units_[u];
+  if (x.resident || x.gather != nullptr) return absl::OkStatus();
+  CCTUNE_RETURN_IF_ERROR(x.staging.CopyFrom(x.shard_param));
+  CCTUNE_ASSIGN_OR_RETURN(x.gather, pg_->StartAllGather(x.staging, x.view));
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::Acquire(int u) {
+  Unit& x = units_[u];
+  if (x.resident) return absl::OkStatus();
+  CCTUNE_RETURN_IF_ERROR(Prefetch(u));
+  const absl::Status s = x.gather->Wait();
+  x.gather.reset();
+  CCTUNE_RETURN_IF_ERROR(s);
+  x.resident = true;
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::Release(int u) {
+  Unit& x = units_[u];
+  if (x.gather != nullptr) {
+    const absl::Status s = x.gather->Wait();
+    x.gather.reset();
+    CCTUNE_RETURN_IF_ERROR(s);
+  }
+  if (!x.resident || pg_->world_size() == 1) {
+    x.resident = pg_->world_size() == 1;  // a world of one owns everything
+    return absl::OkStatus();
+  }
+  const int64_t own = x.begin + pg_->rank() * x.shard;
+  CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, x.begin, own, /*zero=*/false));
+  CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, own + x.shard, x.end, /*zero=*/false));
+  x.resident = false;
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::ReduceScatter(int u) {
+  Unit& x = units_[u];
+  CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(x.grad_view, x.reduced, ReduceOp::kSum));
+  CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, x.reduced));
+  return DiscardRange(grads_, x.begin, x.end, /*zero=*/true);
+}
+
+absl::Status LayerShardedArena::BeforeStage(int stage, bool backward) {
+  const int last_unit = num_layers_ + 1;
+  const int u = UnitOfStage(stage);
+  if (!backward) {
+    if (stage == num_layers_ + 1) {  // the output projection
+      CCTUNE_RETURN_IF_ERROR(Acquire(last_unit));
+      return tied_ ? Acquire(0) : absl::OkStatus();
+    }
+    if (reshard_after_forward_ && u > 0) CCTUNE_RETURN_IF_ERROR(Release(u - 1));
+    CCTUNE_RETURN_IF_ERROR(Acquire(u));
+    return Prefetch(u + 1);
+  }
+  if (stage < 0) return absl::OkStatus();  // the table's backward reads no weight
+  CCTUNE_RETURN_IF_ERROR(Acquire(u));
+  return u - 1 >= 1 ? Prefetch(u - 1) : absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::GradientsReady(int stage) {
+  if (stage == num_layers_ + 1) return absl::OkStatus();  // the head completes at the norm
+  const int u = UnitOfStage(stage);
+  CCTUNE_RETURN_IF_ERROR(ReduceScatter(u));
+  CCTUNE_RETURN_IF_ERROR(Release(u));
+  if (stage == num_layers_ && tied_) CCTUNE_RETURN_IF_ERROR(Release(0));
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::GatherAll() {
+  for (int u = 0; u < num_units(); ++u) CCTUNE_RETURN_IF_ERROR(Prefetch(u));
+  for (int u = 0; u < num_units(); ++u) CCTUNE_RETURN_IF_ERROR(Acquire(u));
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::ReleaseAll() {
+  for (int u = 0; u < num_units(); ++u) CCTUNE_RETURN_IF_ERROR(Release(u));
   return absl::OkStatus();
 }
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,74 @@ class ShardedArena {
   std::vector<Tensor> shard_grads_;   // f32 [shard_numel]
   std::vector<Tensor> shard_params_;  // views of params_' buffers
   std::vector<Tensor> staging_;       // all-gather inputs (a copy of the shard)
+};
+
+// ZeRO-3 / FSDP's per-layer units over a decoder's arena (one buffer): unit 0 is
+// tok_embeddings, unit i + 1 layers.i, unit L + 1 the rest (the final norm, the output
+// projection); each unit is a contiguous range of the buffer cut into N equal shards, and
+// rank r owns shard r of every unit: its parameters (always resident), the reduced gradients
+// and the optimizer state. The other shards of a unit are all-gathered into the arena before
+// the unit is used and their pages handed back to the kernel (madvise MADV_DONTNEED on the
+// CPU) when it is done, so a rank holds its shards plus the units in flight; the gradient
+// arena's pages of a unit are likewise released (they read back as zeros) once its gradients
+// are reduce-scattered. Stages are TransformerDecoder's (set_parameter_hook and the trainer's
+// gradient-ready hook): -1 the table, i layer i, L the final norm, L + 1 the output projection.
+//
+// Forward: before stage s the unit is gathered (waiting for its prefetch) and the next one's
+// gather started (StartAllGather), and with reshard_after_forward the previous unit is
+// released. Backward: before layer i's the unit is gathered (again, after a reshard) and
+// layer i-1's prefetched; once a unit's gradients are complete they are reduce-scattered
+// (summed) and added to this rank's gradient shard (micro-batches accumulate there), the
+// unit's gradient pages released and its parameters released. After the optimizer's update
+// every unit is released (the resident copies are stale); WholeWeights gathers all of them
+// (saving), ReleaseAll gives them back.
+class LayerShardedArena {
+ public:
+  // InvalidArgument (the caller may fall back to ShardedArena) when the arena has more than
+  // one buffer, a unit is not contiguous, or a unit's length is not a multiple of N (unit
+  // boundaries are multiples of kParameterAlignmentElements: N must divide 32).
+  static absl::StatusOr<std::unique_ptr<LayerShardedArena>> Create(
+      ProcessGroup* pg, const ParameterArena& params, const ParameterArena& grads,
+      int num_layers, bool tied_output, bool reshard_after_forward);
+
+  int num_units() const { return static_cast<int>(units_.size()); }
+  // One buffer per unit, "unit<u>_<dtype>": this rank's parameter shard and gradient shard.
+  std::vector<ParamBuffer> OptimizerBuffers() const;
+  int64_t ShardGradientBytes() const;
+  // Elements of the units' non-owned ranges resident now (for tests and logs).
+  int64_t ResidentForeignElements() const;
+
+  // The decoder's parameter hook and the trainer's gradient-ready hook.
+  absl::Status BeforeStage(int stage, bool backward);
+  absl::Status GradientsReady(int stage);
+  // Every unit gathered (and kept) / released.
+  absl::Status GatherAll();
+  absl::Status ReleaseAll();
+
+ private:
+  struct Unit {
+    int64_t begin = 0, end = 0;  // in the buffer
+    int64_t shard = 0;           // elements per rank
+    bool resident = true;        // the arena holds every rank's shard now
+    std::unique_ptr<Work> gather;  // in flight
+    // The unit's parameters and gradients in the arenas; this rank's shard of its parameters
+    // (a view) and of its reduced gradients; the all-gather's input and the reduce-scatter's
+    // output.
+    Tensor view, grad_view, shard_param, shard_grad, staging, reduced;
+  };
+  LayerShardedArena() = default;
+  int UnitOfStage(int stage) const;
+  absl::Status Acquire(int u);
+  absl::Status Prefetch(int u);
+  absl::Status Release(int u);
+  absl::Status ReduceScatter(int u);
+
+  ProcessGroup* pg_ = nullptr;
+  Tensor params_, grads_;
+  int num_layers_ = 0;
+  bool tied_ = false;
+  bool reshard_after_forward_ = true;
+  std::vector<Unit> units_;
 };
 
 // Resharding a 1-D tensor saved sharded at another world size: `old_shards` are the old

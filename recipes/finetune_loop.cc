@@ -491,11 +491,12 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
       }
       if (writer) CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict(m, step));
     }
-    if (writer && loop.val_loader != nullptr &&
+    // Every rank validates (sharded weights are gathered layer by layer); rank 0 logs.
+    if (loop.val_loader != nullptr &&
         ((loop.eval_every > 0 && step % loop.eval_every == 0) ||
          (loop.eval_every == 0 && epoch_end))) {
       CCTUNE_ASSIGN_OR_RETURN(double vloss, ValidationLoss(*loop.trainer, *loop.val_loader));
-      CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict({{"val_loss", vloss}}, step));
+      if (writer) CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict({{"val_loss", vloss}}, step));
     }
     const bool stop = loop.stop_after.has_value() && step >= *loop.stop_after;
     if (epoch_end) CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(epoch + 1));

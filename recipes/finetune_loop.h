@@ -164,8 +164,8 @@ struct TrainingLoop {
   GradientHook after_backward;  // on each step's gradients before clipping (null: none)
   // Data parallel (null: one process): every rank runs the loop on its shard of the data;
   // tokens are counted over the ranks, a signal on any rank stops them all at the same step,
-  // peak memory is the maximum over the ranks, and rank 0 alone logs, shows the progress bar,
-  // validates and cleans the output folder.
+  // peak memory is the maximum over the ranks, every rank validates (on the whole validation
+  // set), and rank 0 alone logs, shows the progress bar and cleans the output folder.
   ProcessGroup* group = nullptr;
   const DataParallelHooks* data_parallel = nullptr;  // passed to TrainStep
   int64_t log_every = 1;

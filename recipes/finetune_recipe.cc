@@ -153,6 +153,7 @@ class FinetuneRun {
                               OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers));
       LogInfo("Gradient arena %.2f MiB", grads_.Bytes() / 1048576.0);
     }
+    if (!s_.optimizer_in_bwd) CCTUNE_RETURN_IF_ERROR(strategy_.AttachTrainer(*model_, *trainer_));
     // Dropout (LoRA's) draws its masks from the recipe's generator, whose state the
     // checkpoints save and a resume restores, so a resumed run drops the same elements.
     trainer_->set_generator(&gen_);
@@ -220,7 +221,9 @@ class FinetuneRun {
     RecipeState state = MakeRecipeState(progress_, epoch, s_.seed, gen_, *data_->loader);
     const std::string name = CheckpointName(progress_.step);
     const std::string dir = absl::StrCat(s_.output_dir, "/", name);
+    CCTUNE_RETURN_IF_ERROR(strategy_.WholeWeights(true));
     if (rank() == 0) CCTUNE_RETURN_IF_ERROR(strategy_.SaveWeights(dir, params_, hf_config_));
+    CCTUNE_RETURN_IF_ERROR(strategy_.WholeWeights(false));
     if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(group_->Barrier());  // the folder exists
     CCTUNE_RETURN_IF_ERROR(strategy_.SaveOptimizerState(dir, *optimizer_, &state));
     // Every rank's part is on disk before rank 0 makes the checkpoint complete (LATEST).

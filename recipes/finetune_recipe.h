@@ -134,6 +134,14 @@ class FinetuneStrategy {
   // Called after Configure.
   virtual ProcessGroup* Group() { return nullptr; }
   virtual const DataParallelHooks* DataParallel() const { return nullptr; }
+  // Called once the trainer and the optimizer exist (e.g. sets the model's parameter hook and
+  // the trainer's gradient-ready hook).
+  virtual absl::Status AttachTrainer(TransformerDecoder& model, DecoderTrainer& trainer) {
+    return absl::OkStatus();
+  }
+  // Save step, on every rank: true before rank 0's SaveWeights (the arena must then hold
+  // every weight, e.g. gathered from the shards), false after it.
+  virtual absl::Status WholeWeights(bool whole) { return absl::OkStatus(); }
   // Save step, on every rank after rank 0's SaveWeights: puts the optimizer's state into the
   // recipe state rank 0 writes (the default), or writes this rank's part beside it.
   virtual absl::Status SaveOptimizerState(const std::string& dir, const Optimizer& optimizer,
@@ -202,6 +210,10 @@ class StrategyDecorator : public FinetuneStrategy {
   absl::Status PrepareParameters(TransformerDecoder& model, ParameterArena& params) override {
     return inner_->PrepareParameters(model, params);
   }
+  absl::Status AttachTrainer(TransformerDecoder& model, DecoderTrainer& trainer) override {
+    return inner_->AttachTrainer(model, trainer);
+  }
+  absl::Status WholeWeights(bool whole) override { return inner_->WholeWeights(whole); }
   ProcessGroup* Group() override { return inner_->Group(); }
   const DataParallelHooks* DataParallel() const override { return inner_->DataParallel(); }
   absl::Status SaveOptimizerState(const std::string& dir, const Optimizer& optimizer,

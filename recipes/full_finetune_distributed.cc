@@ -88,11 +88,31 @@ class FsdpStrategy final : public DataParallelStrategy {
                                                   const ParameterArena& params) const override {
     CCTUNE_ASSIGN_OR_RETURN(ParameterLayout layout,
                             DataParallelStrategy::TrainableLayout(model, params));
+    num_layers_ = static_cast<int>(model.num_layers());
+    tied_ = params.layout().Find("output.weight") == nullptr;
     return layout.PadBuffersTo(pg().world_size());
   }
 
+  // Per-layer units (ZeRO-3) when the arena allows them (one buffer, N dividing 32), else the
+  // whole-buffer sharding of the optimizer state and gradients.
   absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
       const ParameterArena& params, const ParameterArena& grads) const override {
+    absl::StatusOr<std::unique_ptr<LayerShardedArena>> layered = LayerShardedArena::Create(
+        &pg(), params, grads, num_layers_, tied_, reshard_after_forward());
+    if (layered.ok()) {
+      layered_ = std::move(*layered);
+      LayerShardedArena* l = layered_.get();
+      hooks_.reduce_gradients = nullptr;  // per unit, in the backward
+      hooks_.sharded_gradients = true;
+      hooks_.after_update = [l] { return l->ReleaseAll(); };
+      LogInfo("Sharded per layer over %d ranks (%d units, reshard_after_forward %s): this "
+              "rank's gradient shard %.2f MiB of %.2f MiB",
+              pg().world_size(), l->num_units(), reshard_after_forward() ? "true" : "false",
+              l->ShardGradientBytes() / 1048576.0, grads.Bytes() / 1048576.0);
+      return l->OptimizerBuffers();
+    }
+    LogWarning("%s; sharding the optimizer state and gradients of whole buffers instead",
+               std::string(layered.status().message()).c_str());
     CCTUNE_ASSIGN_OR_RETURN(ShardedArena sharded, ShardedArena::Create(&pg(), params, grads));
     sharded_ = std::make_unique<ShardedArena>(std::move(sharded));
     ShardedArena* s = sharded_.get();
@@ -104,6 +124,19 @@ class FsdpStrategy final : public DataParallelStrategy {
     LogInfo("Sharded over %d ranks: this rank's gradient shard %.2f MiB (of %.2f MiB reduced)",
             pg().world_size(), s->ShardGradientBytes() / 1048576.0, grads.Bytes() / 1048576.0);
     return s->OptimizerBuffers();
+  }
+
+  absl::Status AttachTrainer(TransformerDecoder& model, DecoderTrainer& trainer) override {
+    if (layered_ == nullptr) return absl::OkStatus();
+    LayerShardedArena* l = layered_.get();
+    model.set_parameter_hook([l](int stage, bool backward) { return l->BeforeStage(stage, backward); });
+    trainer.set_gradient_ready_hook([l](int stage) { return l->GradientsReady(stage); });
+    return absl::OkStatus();
+  }
+
+  absl::Status WholeWeights(bool whole) override {
+    if (layered_ == nullptr) return absl::OkStatus();
+    return whole ? layered_->GatherAll() : layered_->ReleaseAll();
   }
 
   absl::Status SaveOptimizerState(const std::string& dir, const Optimizer& optimizer,
@@ -132,7 +165,10 @@ class FsdpStrategy final : public DataParallelStrategy {
     }
     if (same) return optimizer.ImportState(old[0]);
     std::map<std::string, int64_t> shard_numel;
-    for (const ParamBuffer& b : sharded_->OptimizerBuffers()) shard_numel[b.name] = b.param.numel();
+    for (const ParamBuffer& b :
+         layered_ != nullptr ? layered_->OptimizerBuffers() : sharded_->OptimizerBuffers()) {
+      shard_numel[b.name] = b.param.numel();
+    }
     CCTUNE_ASSIGN_OR_RETURN(OptimizerState mine,
                             ReshardOptimizerState(old, shard_numel, pg().rank(), pg().world_size()));
     LogInfo("Resharded the optimizer state of %d ranks to rank %d of %d", saved_world, pg().rank(),
@@ -141,8 +177,11 @@ class FsdpStrategy final : public DataParallelStrategy {
   }
 
  private:
-  // Made by OptimizerBuffers (const in the interface; the skeleton calls it once).
+  // Made by OptimizerBuffers (const in the interface; the skeleton calls it once): one of them.
+  mutable std::unique_ptr<LayerShardedArena> layered_;
   mutable std::unique_ptr<ShardedArena> sharded_;
+  mutable int num_layers_ = 0;
+  mutable bool tied_ = false;
 };
 
 }  // namespace
