@@ -1,5 +1,8 @@
 #include "distributed/fsdp.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -9,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -216,6 +220,107 @@ TEST(FsdpTest, CreateRefusesBuffersThatDoNotSplit) {
   auto s = ShardedArena::Create(&g, p, p);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("multiple of 4 ranks"));
+}
+
+// Pages of elements [begin, end) of an f32 buffer that are resident (mincore), over the pages
+// wholly inside the range.
+int64_t ResidentPages(const Tensor& buf, int64_t begin, int64_t end) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(buf.data<float>() + begin);
+  const uintptr_t e = reinterpret_cast<uintptr_t>(buf.data<float>() + end);
+  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;
+  if (last <= first) return 0;
+  std::vector<unsigned char> vec((last - first) / page);
+  if (::mincore(reinterpret_cast<void*>(first), last - first, vec.data()) != 0) return -1;
+  int64_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+// A decoder-shaped arena: the table, two layers and the head, 8192 elements each (32 KiB).
+ParameterLayout DecoderLayout() {
+  std::vector<ParameterSpec> specs = {{"tok_embeddings.weight", {8192}, DType::kF32, {}},
+                                      {"layers.0.w", {8192}, DType::kF32, {}},
+                                      {"layers.1.w", {8192}, DType::kF32, {}},
+                                      {"norm.weight", {4096}, DType::kF32, {}},
+                                      {"output.weight", {4096}, DType::kF32, {}}};
+  return *ParameterLayout::Create(specs);
+}
+
+// Per-layer units on 1, 2 and 4 ranks: the foreign shards' pages are handed back until a unit
+// is used, gathered (with the owners' values) before it, released after it; gradients are
+// reduce-scattered per unit, summed, accumulated over calls and their pages released.
+TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
+  for (int n : {1, 2, 4}) {
+    std::vector<std::string> failures(n);
+    OnRanks(n, [&](ProcessGroup& g) {
+      const ParameterLayout layout = DecoderLayout();
+      ParameterArena params = *ParameterArena::Allocate(layout, Device::Cpu());
+      ParameterArena grads = *ParameterArena::Allocate(layout, Device::Cpu());
+      float* p = params.buffers()[0].data<float>();
+      for (int64_t i = 0; i < layout.buffers()[0].numel; ++i) p[i] = static_cast<float>(i);
+      auto made = LayerShardedArena::Create(&g, params, grads, 2, false, true);
+      ASSERT_TRUE(made.ok()) << made.status();
+      LayerShardedArena& l = **made;
+      ASSERT_EQ(l.num_units(), 4);
+      const std::vector<ParamBuffer> buffers = l.OptimizerBuffers();
+      ASSERT_EQ(buffers.size(), 4u);
+      EXPECT_EQ(buffers[1].name, "unit1_f32");
+      const int64_t c = 8192 / n;
+      ASSERT_EQ(buffers[1].param.numel(), c);
+      const Tensor& pb = params.buffers()[0];
+      // Unit 1 (layers.0) spans [8192, 16384); this rank owns [8192 + r*c, 8192 + (r+1)*c).
+      const int64_t own = 8192 + g.rank() * c;
+      if (n > 1) {
+        EXPECT_EQ(ResidentPages(pb, 8192, own), 0);
+        EXPECT_EQ(ResidentPages(pb, own + c, 16384), 0);
+      }
+      EXPECT_GT(ResidentPages(pb, own, own + c), 0);
+      EXPECT_EQ(l.ResidentForeignElements(), 0);
+      // Forward over the table and layer 0: unit 1 gathered with the owners' values.
+      ASSERT_TRUE(l.BeforeStage(-1, false).ok());
+      ASSERT_TRUE(l.BeforeStage(0, false).ok());
+      for (int64_t i = 8192; i < 16384; ++i) {
+        if (p[i] != static_cast<float>(i)) {
+          failures[g.rank()] = absl::StrCat("element ", i, " is ", p[i]);
+          break;
+        }
+      }
+      // reshard_after_forward: the table's foreign shards went back at layer 0; unit 1 is
+      // resident (unit 2's gather is in flight).
+      EXPECT_EQ(l.ResidentForeignElements(), 8192 - c);
+      if (n > 1) {
+        EXPECT_EQ(ResidentPages(pb, 0, g.rank() * c), 0);
+        EXPECT_EQ(ResidentPages(pb, (g.rank() + 1) * c, 8192), 0);
+      }
+      // Gradients of layer 0, from two calls (micro-batches): summed over ranks, accumulated.
+      float* gp = grads.buffers()[0].data<float>();
+      for (int call = 0; call < 2; ++call) {
+        for (int64_t i = 8192; i < 16384; ++i) gp[i] = 1.0f + g.rank();
+        ASSERT_TRUE(l.GradientsReady(0).ok());
+        for (int64_t i = 8192; i < 16384; ++i) ASSERT_EQ(gp[i], 0.0f);
+      }
+      const float want = 2.0f * n * (n + 1) / 2.0f;
+      for (int64_t i = 0; i < c; ++i) ASSERT_EQ(buffers[1].grad.data<float>()[i], want);
+      // After the update every foreign shard goes back; a save gathers them all.
+      buffers[1].param.data<float>()[0] = -1.0f;
+      ASSERT_TRUE(l.ReleaseAll().ok());
+      EXPECT_EQ(l.ResidentForeignElements(), 0);
+      ASSERT_TRUE(l.GatherAll().ok());
+      for (int r = 0; r < n; ++r) EXPECT_EQ(p[8192 + r * c], -1.0f);
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(failures[r], "") << "world " << n << " rank " << r;
+  }
+}
+
+TEST(FsdpTest, LayerShardedArenaRefusesWhatItCannotCut) {
+  ThreadWorld world(3);
+  ThreadGroup g(&world, 0);
+  const ParameterLayout layout = DecoderLayout().PadBuffersTo(3);
+  ParameterArena p = *ParameterArena::Allocate(layout, Device::Cpu());
+  auto l = LayerShardedArena::Create(&g, p, p, 2, false, true);
+  ASSERT_FALSE(l.ok());
+  EXPECT_THAT(l.status().message(), HasSubstr("unit 0 has 8192 elements, not a multiple of 3"));
 }
 
 std::vector<Tensor> Shards(const std::vector<float>& full, int n) {

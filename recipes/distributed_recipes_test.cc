@@ -3,6 +3,7 @@
 // single-device recipes with the same global batch (run by rank 0 alone), against
 // themselves (bit-identical reruns and resumes), and across world sizes (2 -> 1 and 1 -> 2:
 // rank 0 runs the one-rank part with the launcher's variables hidden, a world of one).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -217,6 +218,37 @@ TEST(FullFinetuneDistributedTest, TwoRanksAreTheSingleDeviceRunBf16) {
   EXPECT_LE(worst, 1e-5);
   ExpectWeightsNear(Dir("bf16_2") + "/step_8", Dir("bf16_1") + "/step_8", 1.0 / 128,
                     /*relative=*/true);
+}
+
+// The same config with a validation set evaluated every 4 steps.
+std::string FullYamlWithValidation(const std::string& out) {
+  return FullYaml(out) + R"(validation_dataset:
+  _component_: cctune.data.synthetic_arithmetic
+  num_samples: 16
+  seed: 5
+  first_index: 100000
+eval_every_n_steps: 4
+)";
+}
+
+// fsdp_reshard_after_forward: false (the gathered layers kept from the forward to the
+// backward) with activation checkpointing and validation (every rank evaluates, the weights
+// gathered layer by layer): still the single-device run.
+TEST(FullFinetuneDistributedTest, NoReshardAfterForwardWithCheckpointingAndValidation) {
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "keep_2", FullYamlWithValidation,
+                      {"batch_size=4", "fsdp_reshard_after_forward=false",
+                       "enable_activation_checkpointing=true"}),
+            0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "keep_1", FullYamlWithValidation,
+                      {"enable_activation_checkpointing=true"}),
+            0);
+  ExpectLossesNear(ReadLog(Log("keep_2")), ReadLog(Log("keep_1")), 1e-6);
+  ExpectWeightsNear(Dir("keep_2") + "/step_8", Dir("keep_1") + "/step_8", 1e-5);
+  // The validation losses too (lines with val_loss).
+  const std::string a = testing::ReadFile(Log("keep_2")), b = testing::ReadFile(Log("keep_1"));
+  EXPECT_NE(a.find("val_loss"), std::string::npos);
+  EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), std::count(b.begin(), b.end(), '\n'));
 }
 
 TEST(FullFinetuneDistributedTest, TwoRunsAreBitIdentical) {
