@@ -1,20 +1,17 @@
-// Sharded data parallel over a ParameterArena (ZeRO / FSDP's flat-parameter sharding): every
-// buffer of the arena is padded to a multiple of the world size N and cut into N equal
-// contiguous shards; rank r owns shard r of the parameters' optimizer state and of the
-// reduced gradients.
+// Sharded data parallel over a ParameterArena (ZeRO / FSDP). Two granularities:
+//
+//   LayerShardedArena (ZeRO-3, what full_finetune_distributed uses): the arena is cut into
+//   per-layer units, each unit into N equal shards; each rank keeps its shards resident and
+//   gathers a unit's others just before the unit is used (see the class).
+//   ShardedArena (the fallback): every buffer, padded to a multiple of N, cut into N shards;
+//   the weights stay whole on every rank, the whole gradient arena is reduce-scattered once
+//   after the backward and the updated shards all-gathered after the step:
 //
 //   CCTUNE_RETURN_IF_ERROR(PadArenaForSharding(model, world_size, params));  // then build grads
 //   CCTUNE_ASSIGN_OR_RETURN(ShardedArena sharded, ShardedArena::Create(pg, params, grads));
 //   optimizer over sharded.OptimizerBuffers();
-//   per step: backward into `grads` (full, local) -> sharded.ReduceScatterGradients() (sums
-//   the ranks' gradients into this rank's shard, zeroes `grads`) -> clip over the global
-//   norm -> optimizer.Step() on the shard -> sharded.AllGatherParameters() (every rank's
-//   arena holds the updated weights again).
-//
-// What this is: ZeRO-2's partitioning of the optimizer state and of the reduced gradients
-// (1/N per rank), with the parameters replicated for the compute and the whole gradient arena
-// reduce-scattered once per step after the backward; the per-layer gather before each
-// layer's forward (ZeRO-3, FSDP2's reshard_after_forward) is not built yet (docs/distributed.md).
+//   per step: backward into `grads` -> sharded.ReduceScatterGradients() -> clip over the
+//   global norm -> optimizer.Step() on the shard -> sharded.AllGatherParameters().
 //
 // Collectives on scalars (AllReduceScalar) all-gather the values' bits and combine them in
 // rank order in fp64, so every rank gets the same, exactly rounded result whatever the backend.

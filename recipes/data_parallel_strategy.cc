@@ -13,9 +13,9 @@ void DataParallelStrategy::ExtendSchema(Schema& schema) const {
   StrategyDecorator::ExtendSchema(schema);
   schema
       .Default("fsdp_reshard_after_forward", KeyType::Bool(), ConfigNode::Bool(true),
-               "torchtune's FSDP2 key: free each layer's gathered parameters after its forward "
-               "(ZeRO-3) or keep them to the backward (ZeRO-2); today the parameters stay "
-               "replicated on every rank, so both run alike (docs/distributed.md)")
+               "torchtune's FSDP2 key: release each layer's gathered weights after its forward "
+               "and gather them again for its backward (true), or keep them from the forward "
+               "to the backward (false); full_finetune_distributed only (docs/distributed.md)")
       .Default("fsdp_cpu_offload", KeyType::Bool(), ConfigNode::Bool(false),
                "torchtune's key; only false is supported")
       .Default("custom_sharded_layers", KeyType::Any().OrNull(), ConfigNode::Null(),

@@ -1,13 +1,14 @@
 // The distributed full fine-tune (torchtune's recipes/full_finetune_distributed.py): the full
 // fine-tune strategy (recipes/full_finetune_single_device.h) run data parallel
-// (recipes/data_parallel_strategy.h) with the optimizer state and the reduced gradients
-// sharded across the ranks (distributed/fsdp.h): each rank keeps 1/N of every arena buffer's
-// optimizer moments (and f32 master copy) and of the summed gradients, the buffers padded to a
-// multiple of N. Per step each rank runs forward and backward on its batch_size samples into
-// its local gradient arena, the arena is reduce-scattered (summed; the loss is normalised by
-// the global token count, so the sum is the global batch's gradient), the norm and clipping
-// are over every rank's shard, each rank updates its shard, and the shards are all-gathered
-// back into every rank's weights.
+// (recipes/data_parallel_strategy.h) and fully sharded (distributed/fsdp.h LayerShardedArena,
+// docs/distributed.md "What is sharded"): each rank keeps 1/N of every layer's weights, of the
+// reduced gradients and of the optimizer state. Per micro-batch each layer's weights are
+// all-gathered before its forward (the next layer's gather started early) and, after a
+// reshard (fsdp_reshard_after_forward), again before its backward; its gradients are
+// reduce-scattered (summed; the loss is normalised by the global token count) after its
+// backward. The norm and clipping are over every rank's shard, and each rank updates its
+// shard. Where per-layer units do not fit (N not dividing 32, mixed dtypes) the optimizer
+// state and reduced gradients of whole buffers are sharded instead (ShardedArena).
 //
 // Checkpoints (<output_dir>/step_<N>/): the consolidated HF weights and the recipe state
 // (step, RNG, loader position), written by rank 0 alone, plus
