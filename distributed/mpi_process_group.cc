@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "distributed/collective_call.h"
 #include "distributed/local_reduce.h"
 #include "distributed/mpi_runtime.h"
 
@@ -26,67 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Kind : int32_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+using Kind = CollectiveKind;
+using Arrival = CollectiveCall;  // the handshake record
 
-const char* KindName(int32_t kind) {
-  switch (static_cast<Kind>(kind)) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "an unknown collective";
-}
-
-// What a rank sends every other rank when it enters a collective (the handshake).
-struct Arrival {
-  int64_t seq = 0;
-  int64_t numel = 0;  // elements per rank: the all-gather's input, the reduce-scatter's output
-  int32_t kind = 0;
-  int32_t dtype = 0;
-  int32_t arg = 0;  // the ReduceOp, or the broadcast's root
-  int32_t rank = 0;
-};
-static_assert(sizeof(Arrival) == 32, "the handshake record is 32 bytes on every rank");
-
-std::string Describe(const Arrival& a) {
-  std::string s = absl::StrCat(KindName(a.kind), " #", a.seq);
-  const char* dtype = DTypeName(static_cast<DType>(a.dtype));
-  switch (static_cast<Kind>(a.kind)) {
-    case Kind::kAllReduce:
-      return absl::StrCat(s, " (", ReduceOpName(static_cast<ReduceOp>(a.arg)), " of ", a.numel,
-                          " ", dtype, " elements)");
-    case Kind::kReduceScatter:
-      return absl::StrCat(s, " (", ReduceOpName(static_cast<ReduceOp>(a.arg)), ", ", a.numel,
-                          " ", dtype, " elements per rank)");
-    case Kind::kAllGather:
-      return absl::StrCat(s, " (", a.numel, " ", dtype, " elements per rank)");
-    case Kind::kBroadcast:
-      return absl::StrCat(s, " (", a.numel, " ", dtype, " elements from rank ", a.arg, ")");
-    case Kind::kBarrier:
-      return s;
-  }
-  return s;
-}
-
-bool SameCall(const Arrival& a, const Arrival& b) {
-  return a.seq == b.seq && a.numel == b.numel && a.kind == b.kind && a.dtype == b.dtype &&
-         a.arg == b.arg;
-}
-
-// "rank 1" / "ranks 1, 3 (2 of 8)", at most 16 named.
-std::string RankList(const std::vector<int>& ranks, int world) {
-  if (ranks.size() == 1) return absl::StrCat("rank ", ranks[0]);
-  std::vector<int> shown(ranks.begin(), ranks.begin() + std::min<size_t>(ranks.size(), 16));
-  return absl::StrCat("ranks ", absl::StrJoin(shown, ", "), ranks.size() > 16 ? ", ..." : "",
-                      " (", ranks.size(), " of ", world, ")");
-}
+std::string Describe(const Arrival& a) { return DescribeCall(a); }
 
 // One collective, queued for the group's worker thread.
 struct Task {
@@ -334,16 +277,8 @@ class MpiProcessGroup final : public ProcessGroup {
     return NewTask(Kind::kAllGather, input, output, input.numel());
   }
 
-  // `big` must hold world_size() * small.numel() elements of small's dtype.
   absl::Status CheckSizes(const char* op, const Tensor& small, const Tensor& big) const {
-    if (small.dtype() != big.dtype() || big.numel() != small.numel() * size_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": the per-rank tensor has ", small.numel(), " ", DTypeName(small.dtype()),
-          " elements and the full one ", big.numel(), " ", DTypeName(big.dtype()),
-          " (world size ", size_, ": it needs ", small.numel() * size_, " ",
-          DTypeName(small.dtype()), ")"));
-    }
-    return absl::OkStatus();
+    return CheckChunkSizes(op, small, big, size_);
   }
 
   bool InPlaceGather(const Tensor& input, const Tensor& output) const {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "distributed/collective_call.h"
 
 namespace cctune {
 namespace {
@@ -66,54 +67,11 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
-enum class Kind : int64_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
-
+using Kind = CollectiveKind;
 // The host-side record of a collective, all-gathered over MPI (see the header).
-struct Record {
-  int64_t seq = 0;
-  int64_t kind = 0;
-  int64_t numel = 0;  // per rank
-  int64_t dtype_and_arg = 0;
-};
-static_assert(sizeof(Record) == 32, "");
+using Record = CollectiveCall;
 
-std::string Describe(const Record& r) {
-  const Kind k = static_cast<Kind>(r.kind);
-  const DType dtype = static_cast<DType>(r.dtype_and_arg >> 8);
-  const int arg = static_cast<int>(r.dtype_and_arg & 0xff);
-  std::string s = absl::StrCat("nccl ", KindName(k), " #", r.seq);
-  switch (k) {
-    case Kind::kAllReduce:
-    case Kind::kReduceScatter:
-      return absl::StrCat(s, " (", ReduceOpName(static_cast<ReduceOp>(arg)), " of ", r.numel,
-                          " ", DTypeName(dtype), " elements", k == Kind::kAllReduce ? "" : " per rank",
-                          ")");
-    case Kind::kAllGather:
-      return absl::StrCat(s, " (", r.numel, " ", DTypeName(dtype), " elements per rank)");
-    case Kind::kBroadcast:
-      return absl::StrCat(s, " (", r.numel, " ", DTypeName(dtype), " elements from rank ", arg,
-                          ")");
-    case Kind::kBarrier:
-      return s;
-  }
-  return s;
-}
+std::string Describe(const Record& r) { return absl::StrCat("nccl ", DescribeCall(r)); }
 
 class NcclProcessGroup;
 
@@ -315,9 +273,11 @@ class NcclProcessGroup final : public ProcessGroup {
   Record NewRecord(Kind kind, int64_t numel, DType dtype, int arg) {
     Record r;
     r.seq = ++seq_;
-    r.kind = static_cast<int64_t>(kind);
+    r.kind = static_cast<int32_t>(kind);
     r.numel = numel;
-    r.dtype_and_arg = (static_cast<int64_t>(dtype) << 8) | (arg & 0xff);
+    r.dtype = static_cast<int32_t>(dtype);
+    r.arg = arg;
+    r.rank = rank_;
     return r;
   }
 
@@ -333,13 +293,7 @@ class NcclProcessGroup final : public ProcessGroup {
     return absl::OkStatus();
   }
   absl::Status CheckSizes(const char* op, const Tensor& small, const Tensor& big) const {
-    if (small.dtype() != big.dtype() || big.numel() != small.numel() * size_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl ", op, ": the per-rank tensor has ", small.numel(), " ", DTypeName(small.dtype()),
-          " elements and the full one ", big.numel(), " ", DTypeName(big.dtype()),
-          " (world size ", size_, ")"));
-    }
-    return absl::OkStatus();
+    return CheckChunkSizes(absl::StrCat("nccl ", op), small, big, size_);
   }
 
   // Polls the communicator until no call is in progress: OK, Unavailable (an NCCL error), or
@@ -462,7 +416,7 @@ absl::Status NcclProcessGroup::Finish(const Record& rec, cudaEvent_t done, Work*
   if (!rs.ok()) return rs;
   const Record* all = static_cast<const Record*>(record_out.raw_data());
   for (int r = 0; r < size_; ++r) {
-    if (std::memcmp(&all[r], &rec, sizeof(rec)) != 0) {
+    if (!SameCall(all[r], rec)) {
       return Break(absl::FailedPreconditionError(absl::StrCat(
           Describe(rec), " on rank ", rank_, ": rank ", r, " called ", Describe(all[r]),
           " (every rank must call the same collectives, with the same sizes, in the same "

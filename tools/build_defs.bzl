@@ -90,7 +90,10 @@ def cctune_mpi_test(
         expect_failure = False,
         expect_status = None,
         expect_output = [],
+        expect_lines = {},
         max_seconds = 0,
+        launcher = False,
+        data = [],
         copts = [],
         size = "small",
         tags = [],
@@ -101,7 +104,9 @@ def cctune_mpi_test(
     program to run instead. Passes when mpirun exits 0 (non-zero with expect_failure, exactly
     expect_status when given), each
     extended regex of expect_output matches the ranks' output, and the run took at most
-    max_seconds (0: no limit). Tagged "mpi" and "cpu:<np>" (Bazel reserves that many cores).
+    max_seconds (0: no limit); expect_lines maps a regex to the exact number of output lines
+    that match it. launcher: `binary` starts mpirun itself (cctune run --nproc_per_node).
+    Tagged "mpi" and "cpu:<np>" (Bazel reserves that many cores).
     """
     if binary == None:
         cc_binary(
@@ -119,14 +124,21 @@ def cctune_mpi_test(
         runner_args.append("--expect_failure")
     if expect_status != None:
         runner_args.append("--expect_status=%d" % expect_status)
-    runner_args += ["'--expect_output=%s'" % p for p in expect_output]
+    # Regexes travel as single-quoted args; "$" is doubled for Bazel's Make-variable expansion.
+    runner_args += ["'--expect_output=%s'" % p.replace("$", "$$") for p in expect_output]
+    runner_args += [
+        "'--expect_lines=%d:%s'" % (n, p.replace("$", "$$"))
+        for p, n in expect_lines.items()
+    ]
     if max_seconds:
         runner_args.append("--max_seconds=%d" % max_seconds)
+    if launcher:
+        runner_args.append("--launcher")
     native.sh_test(
         name = name,
         srcs = ["//tools:run_mpi_test.sh"],
         args = runner_args + ["$(location %s)" % binary] + args,
-        data = [binary],
+        data = [binary] + data,
         size = size,
         tags = tags + ["mpi", "cpu:%d" % np],
         **kwargs

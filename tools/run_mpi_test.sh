@@ -3,8 +3,10 @@
 # (tools/build_defs.bzl); also usable by hand.
 #
 #   run_mpi_test.sh --np=2 [--expect_failure | --expect_status=N] [--expect_output=REGEX]... \
-#     [--max_seconds=S] PROGRAM [ARGS...]
+#     [--expect_lines=N:REGEX]... [--max_seconds=S] [--launcher] PROGRAM [ARGS...]
 #
+# --launcher: PROGRAM starts mpirun itself (`cctune run --nproc_per_node N`); it runs as is,
+# in the same environment. --expect_lines=N:REGEX: exactly N output lines match REGEX.
 # Passes when mpirun exits 0 (or, with --expect_failure, non-zero; with --expect_status, N), every --expect_output
 # extended regex matches the ranks' combined output and the run took at most --max_seconds.
 # One thread per rank (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1). Made for Bazel's sandbox
@@ -18,13 +20,17 @@ expect_failure=0
 expect_status=""
 max_seconds=0
 patterns=()
+line_counts=()
+launcher=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --np=*) np="${1#*=}" ;;
     --expect_failure) expect_failure=1 ;;
     --expect_status=*) expect_status="${1#*=}"; expect_failure=1 ;;
     --expect_output=*) patterns+=("${1#*=}") ;;
+    --expect_lines=*) line_counts+=("${1#*=}") ;;
     --max_seconds=*) max_seconds="${1#*=}" ;;
+    --launcher) launcher=1 ;;
     --) shift; break ;;
     -*) echo "run_mpi_test.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
@@ -61,12 +67,17 @@ if [[ -n "${TEST_TIMEOUT:-}" && "$TEST_TIMEOUT" -gt 20 ]]; then
 fi
 
 log="$session/output.log"
-echo "run_mpi_test.sh: mpirun ${flags[*]} $program $*"
 start=$SECONDS
-mpirun "${flags[@]}" "$program" "$@" 2>&1 | tee "$log"
+if [[ $launcher == 1 ]]; then
+  echo "run_mpi_test.sh: $program $*"
+  "$program" "$@" 2>&1 | tee "$log"
+else
+  echo "run_mpi_test.sh: mpirun ${flags[*]} $program $*"
+  mpirun "${flags[@]}" "$program" "$@" 2>&1 | tee "$log"
+fi
 rc=${PIPESTATUS[0]}
 elapsed=$((SECONDS - start))
-echo "run_mpi_test.sh: mpirun exited $rc after ${elapsed} s"
+echo "run_mpi_test.sh: exit status $rc after ${elapsed} s"
 
 status=0
 if [[ -n $expect_status ]]; then
@@ -80,6 +91,14 @@ fi
 for p in "${patterns[@]}"; do
   if ! grep -Eq -- "$p" "$log"; then
     echo "FAIL: the output does not match /$p/" >&2
+    status=1
+  fi
+done
+for spec in "${line_counts[@]}"; do
+  want="${spec%%:*}"
+  got=$(grep -cE -- "${spec#*:}" "$log" || true)
+  if [[ "$got" != "$want" ]]; then
+    echo "FAIL: $got output lines match /${spec#*:}/, expected $want" >&2
     status=1
   fi
 done
