@@ -306,6 +306,21 @@ TEST(FullFinetuneDistributedTest, ResumeFromOneRankToTwo) {
   ExpectWeightsNear(Dir("one_to_two") + "/step_8", Dir("reference_2") + "/step_8", 1e-5);
 }
 
+// seed: null: every rank takes rank 0's seed (saved in the recipe state): the run is the
+// single-device run with that seed.
+TEST(FullFinetuneDistributedTest, ANullSeedIsRankZeros) {
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "null_seed_2", FullYaml,
+                      {"batch_size=4", "seed=null"}),
+            0);
+  if (Rank() != 0) return;
+  auto state = LoadRecipeState(Dir("null_seed_2") + "/step_8/recipe_state.safetensors");
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "null_seed_1", FullYaml,
+                      {absl::StrCat("seed=", static_cast<int64_t>(state->proto.seed()))}),
+            0);
+  ExpectLossesNear(ReadLog(Log("null_seed_2")), ReadLog(Log("null_seed_1")), 1e-6);
+}
+
 TEST(FullFinetuneDistributedTest, ADatasetSmallerThanTheWorldFailsBeforeAnyStep) {
   EXPECT_NE(RunRecipe(FullFinetuneDistributedRecipe(), "tiny_data", FullYaml,
                 {"batch_size=1", "gradient_accumulation_steps=1", "dataset.num_samples=1"}),

@@ -81,6 +81,7 @@ class FinetuneRun {
   absl::Status Run() {
     CCTUNE_RETURN_IF_ERROR(strategy_.Configure(root_));
     group_ = strategy_.Group();
+    if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(UseRankZerosSeed());
     CCTUNE_RETURN_IF_ERROR(TokenizerStep());
     CCTUNE_RETURN_IF_ERROR(ModelStep());
     CCTUNE_RETURN_IF_ERROR(OptimizerStep());
@@ -235,13 +236,27 @@ class FinetuneRun {
     return dir;
   }
 
+  // Every rank takes rank 0's seed: with `seed: null` each rank drew its own, and the ranks
+  // must initialise, shuffle and drop out alike.
+  absl::Status UseRankZerosSeed() {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({1}, DType::kI64));
+    t.data<int64_t>()[0] = s_.seed;
+    CCTUNE_RETURN_IF_ERROR(group_->Broadcast(t, 0));
+    if (t.data<int64_t>()[0] != s_.seed) {
+      s_.seed = t.data<int64_t>()[0];
+      gen_.SetState(static_cast<uint64_t>(s_.seed), 0);
+      LogInfo("Using rank 0's seed %lld", static_cast<long long>(s_.seed));
+    }
+    return absl::OkStatus();
+  }
+
   int rank() const { return group_ == nullptr ? 0 : group_->rank(); }
   int world_size() const { return group_ == nullptr ? 1 : group_->world_size(); }
 
   FinetuneStrategy& strategy_;
   ProcessGroup* group_ = nullptr;  // the strategy's (data parallel), or null
   const ConfigNode& root_;
-  const FinetuneSettings s_;
+  FinetuneSettings s_;  // the seed may come from rank 0 (UseRankZerosSeed)
   Generator gen_;
   std::optional<TokenizerComponent> tok_;
   std::unique_ptr<TransformerDecoder> model_;
