@@ -306,6 +306,21 @@ TEST(FullFinetuneDistributedTest, ResumeFromOneRankToTwo) {
   ExpectWeightsNear(Dir("one_to_two") + "/step_8", Dir("reference_2") + "/step_8", 1e-5);
 }
 
+// Packed samples (packs of the tokenizer's 32 tokens, each with its mask and positions): the
+// ranks shard the packs; still the single-device run.
+TEST(FullFinetuneDistributedTest, PackedDatasetIsTheSingleDeviceRun) {
+  const std::vector<std::string> packed = {"dataset.packed=true", "dataset.num_samples=256",
+                                           "epochs=1", "max_steps_per_epoch=3"};
+  std::vector<std::string> two = packed;
+  two.push_back("batch_size=4");
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "packed_2", FullYaml, two), 0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "packed_1", FullYaml, packed), 0);
+  ExpectLossesNear(ReadLog(Log("packed_2")), ReadLog(Log("packed_1")), 1e-6);
+  EXPECT_EQ(ReadLog(Log("packed_2")).size(), 3u);
+  ExpectWeightsNear(Dir("packed_2") + "/step_3", Dir("packed_1") + "/step_3", 1e-5);
+}
+
 // seed: null: every rank takes rank 0's seed (saved in the recipe state): the run is the
 // single-device run with that seed.
 TEST(FullFinetuneDistributedTest, ANullSeedIsRankZeros) {
