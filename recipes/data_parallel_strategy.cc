@@ -20,6 +20,10 @@ void DataParallelStrategy::ExtendSchema(Schema& schema) const {
                "torchtune's key; only false is supported")
       .Default("custom_sharded_layers", KeyType::Any().OrNull(), ConfigNode::Null(),
                "torchtune's key; accepted, ignored (every buffer is sharded as one)")
+      .Default("global_batch_size", KeyType::Int().AtLeast(1).OrNull(), ConfigNode::Null(),
+               "samples per optimizer step over all ranks; when set, batch_size (per rank) is "
+               "global_batch_size / (ranks x gradient_accumulation_steps), which must divide "
+               "exactly (null: batch_size as given)")
       .Default("distributed_backend", KeyType::Enum({"auto", "single", "mpi", "nccl"}),
                ConfigNode::String("auto"),
                "the process group: auto (single for one rank, nccl on cuda, else mpi)")

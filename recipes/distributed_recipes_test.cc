@@ -321,6 +321,22 @@ TEST(FullFinetuneDistributedTest, PackedDatasetIsTheSingleDeviceRun) {
   ExpectWeightsNear(Dir("packed_2") + "/step_3", Dir("packed_1") + "/step_3", 1e-5);
 }
 
+// global_batch_size splits over the ranks and micro-batches (16 = 2 ranks x 2 x 4), or is an
+// error before any step.
+TEST(FullFinetuneDistributedTest, GlobalBatchSizeSplitsOrFails) {
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "global_2", FullYaml,
+                      {"global_batch_size=16"}),
+            0);
+  EXPECT_NE(RunRecipe(FullFinetuneDistributedRecipe(), "global_bad", FullYaml,
+                      {"global_batch_size=10"}),
+            0);
+  EXPECT_FALSE(fs::exists(Dir("global_bad") + "/LATEST"));
+  if (Rank() != 0) return;
+  EXPECT_FALSE(fs::exists(Dir("global_bad") + "/logs/metrics.jsonl"));
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "global_1", FullYaml), 0);
+  ExpectLossesNear(ReadLog(Log("global_2")), ReadLog(Log("global_1")), 1e-6);
+}
+
 // seed: null: every rank takes rank 0's seed (saved in the recipe state): the run is the
 // single-device run with that seed.
 TEST(FullFinetuneDistributedTest, ANullSeedIsRankZeros) {

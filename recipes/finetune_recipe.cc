@@ -81,7 +81,10 @@ class FinetuneRun {
   absl::Status Run() {
     CCTUNE_RETURN_IF_ERROR(strategy_.Configure(root_));
     group_ = strategy_.Group();
-    if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(UseRankZerosSeed());
+    if (group_ != nullptr) {
+      CCTUNE_RETURN_IF_ERROR(UseRankZerosSeed());
+      CCTUNE_RETURN_IF_ERROR(SplitGlobalBatch());
+    }
     CCTUNE_RETURN_IF_ERROR(TokenizerStep());
     CCTUNE_RETURN_IF_ERROR(ModelStep());
     CCTUNE_RETURN_IF_ERROR(OptimizerStep());
@@ -247,6 +250,23 @@ class FinetuneRun {
       gen_.SetState(static_cast<uint64_t>(s_.seed), 0);
       LogInfo("Using rank 0's seed %lld", static_cast<long long>(s_.seed));
     }
+    return absl::OkStatus();
+  }
+
+  // global_batch_size (the distributed recipes' key), when set, decides batch_size per rank.
+  absl::Status SplitGlobalBatch() {
+    const ConfigNode* g = root_.Find("global_batch_size");
+    if (g == nullptr || g->IsNull()) return absl::OkStatus();
+    CCTUNE_ASSIGN_OR_RETURN(const int64_t global, root_.GetInt("global_batch_size"));
+    const int64_t split = world_size() * s_.accum;
+    if (global % split != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "global_batch_size ", global, " does not split over ", world_size(), " ranks x ",
+          s_.accum, " gradient_accumulation_steps (", split, ")"));
+    }
+    s_.batch_size = global / split;
+    LogInfo("global_batch_size %lld: batch_size %lld per rank", static_cast<long long>(global),
+            static_cast<long long>(s_.batch_size));
     return absl::OkStatus();
   }
 
