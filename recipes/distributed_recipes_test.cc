@@ -37,6 +37,11 @@ int Rank() {
   return r == nullptr ? 0 : std::atoi(r);
 }
 
+int WorldSize() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return n == nullptr ? 1 : std::atoi(n);
+}
+
 std::string Dir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/dist_recipes/", name);
@@ -357,6 +362,29 @@ TEST(FullFinetuneDistributedTest, ADatasetSmallerThanTheWorldFailsBeforeAnyStep)
                 {"batch_size=1", "gradient_accumulation_steps=1", "dataset.num_samples=1"}),
             0);
   EXPECT_FALSE(fs::exists(Dir("tiny_data") + "/LATEST"));
+}
+
+// 3 ranks (//recipes:distributed_recipes_3_ranks_test): per-layer units do not split in 3,
+// so the whole-buffer sharding runs; still the single-device run with the same global batch
+// (12 = 3 x 4), and a resume at 3 ranks is bit-identical.
+TEST(ThreeRanksTest, WholeBufferShardingIsTheSingleDeviceRun) {
+  if (WorldSize() != 3) GTEST_SKIP() << "runs on 3 ranks";
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_3", FullYaml, {"batch_size=4"}), 0);
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_resumed", FullYaml,
+                      {"batch_size=4", "stop_after_steps=1"}),
+            0);
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_resumed", FullYaml,
+                      {"batch_size=4", "resume_from_checkpoint=true"}),
+            0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "three_1", FullYaml, {"batch_size=12"}), 0);
+  EXPECT_EQ(ReadLog(Log("three_3")).size(), 4u);
+  ExpectLossesNear(ReadLog(Log("three_3")), ReadLog(Log("three_1")), 1e-6);
+  ExpectWeightsNear(Dir("three_3") + "/step_4", Dir("three_1") + "/step_4", 1e-5);
+  ExpectSameLog(ReadLog(Log("three_resumed")), ReadLog(Log("three_3")));
+  ExpectSameFiles(Dir("three_resumed") + "/step_4", Dir("three_3") + "/step_4",
+                  {"model.safetensors", OptimizerShardFile(0, 3), OptimizerShardFile(1, 3),
+                   OptimizerShardFile(2, 3)});
 }
 
 TEST(LoRAFinetuneDistributedTest, TwoRanksAreTheSingleDeviceRun) {
