@@ -369,6 +369,32 @@ absl::StatusOr<std::unique_ptr<MetricLogger>> MakeMetricLogger(const ConfigNode&
   return std::unique_ptr<MetricLogger>(std::make_unique<StdoutLogger>());
 }
 
+namespace {
+
+// Peak resident set of this process in bytes since the last ResetPeakRss (Linux VmHWM), -1
+// when it cannot be read. What sharded weights save shows here: the allocator's figure counts
+// the whole arenas, whose foreign pages are handed back (distributed/fsdp.h).
+int64_t PeakRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+void ResetPeakRss() {
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);  // resets VmHWM to the current RSS
+    std::fclose(f);
+  }
+}
+
+}  // namespace
+
 absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
   DataLoader& loader = *loop.loader;
   int64_t& step = progress.step;
@@ -410,6 +436,7 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     return absl::OkStatus();
   };
   ResetPeakMemory(loop.device);
+  if (group != nullptr && loop.device.is_cpu()) ResetPeakRss();
   const auto loop_start = std::chrono::steady_clock::now();
   int64_t trained_here = 0;  // steps this run has trained (the profiler's schedule counts them)
   // On a terminal only (stderr redirected to a file stays clean), and at log_level INFO or
@@ -488,6 +515,12 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
             const double peak,
             over_ranks(static_cast<double>(GetMemoryStats(loop.device).peak_bytes), ReduceOp::kMax));
         m.push_back({"peak_memory_gb", peak / 1e9});
+        if (group != nullptr && loop.device.is_cpu()) {
+          CCTUNE_ASSIGN_OR_RETURN(
+              const double rss,
+              over_ranks(static_cast<double>(PeakRssBytes()), ReduceOp::kMax));
+          m.push_back({"peak_rss_gb", rss / 1e9});
+        }
       }
       if (writer) CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict(m, step));
     }

@@ -164,7 +164,8 @@ struct TrainingLoop {
   GradientHook after_backward;  // on each step's gradients before clipping (null: none)
   // Data parallel (null: one process): every rank runs the loop on its shard of the data;
   // tokens are counted over the ranks, a signal on any rank stops them all at the same step,
-  // peak memory is the maximum over the ranks, every rank validates (on the whole validation
+  // peak memory is the maximum over the ranks (on the CPU also peak_rss_gb, the largest
+  // rank's peak resident set since the loop started), every rank validates (on the whole validation
   // set), and rank 0 alone logs, shows the progress bar and cleans the output folder.
   ProcessGroup* group = nullptr;
   const DataParallelHooks* data_parallel = nullptr;  // passed to TrainStep
