@@ -311,6 +311,19 @@ TEST(FullFinetuneDistributedTest, ResumeFromOneRankToTwo) {
   ExpectWeightsNear(Dir("one_to_two") + "/step_8", Dir("reference_2") + "/step_8", 1e-5);
 }
 
+// Tied embeddings (Llama 3.2's): the table's unit is gathered again for the output projection
+// and its gradient, from both uses, reduce-scattered after the table's backward.
+TEST(FullFinetuneDistributedTest, TiedEmbeddingsAreTheSingleDeviceRun) {
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "tied_2", FullYaml,
+                      {"batch_size=4", "model.tie_word_embeddings=true"}),
+            0);
+  if (Rank() != 0) return;
+  ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "tied_1", FullYaml, {"model.tie_word_embeddings=true"}),
+            0);
+  ExpectLossesNear(ReadLog(Log("tied_2")), ReadLog(Log("tied_1")), 1e-6);
+  ExpectWeightsNear(Dir("tied_2") + "/step_8", Dir("tied_1") + "/step_8", 1e-5);
+}
+
 // Packed samples (packs of the tokenizer's 32 tokens, each with its mask and positions): the
 // ranks shard the packs; still the single-device run.
 TEST(FullFinetuneDistributedTest, PackedDatasetIsTheSingleDeviceRun) {
