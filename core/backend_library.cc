@@ -34,20 +34,18 @@ const char* BackendLibraryName(DeviceType type) {
   return type == DeviceType::kCUDA ? "libcctune_cuda.so" : "";
 }
 
-std::vector<std::string> BackendLibraryCandidates(DeviceType type) {
-  const std::string name = BackendLibraryName(type);
-  if (name.empty()) return {};
-  if (type == DeviceType::kCUDA) {
-    if (const char* env = std::getenv("CCTUNE_CUDA_LIBRARY"); env != nullptr && *env != '\0') {
-      return {env};
-    }
+std::vector<std::string> LibraryCandidates(const std::string& file, const std::string& package,
+                                           const char* env_var) {
+  if (const char* env = env_var != nullptr ? std::getenv(env_var) : nullptr;
+      env != nullptr && *env != '\0') {
+    return {env};
   }
   std::vector<std::string> out;
   const std::string exe = SelfExe();
-  const std::string rel = "cctune/kernels/cuda/" + name;
+  const std::string rel = "cctune/" + package + "/" + file;
   if (!exe.empty()) {
-    out.push_back(Dirname(exe) + "/" + name);
-    out.push_back(Dirname(exe) + "/../lib/" + name);
+    out.push_back(Dirname(exe) + "/" + file);
+    out.push_back(Dirname(exe) + "/../lib/" + file);
     out.push_back(exe + ".runfiles/" + rel);
   }
   if (const char* srcdir = std::getenv("TEST_SRCDIR"); srcdir != nullptr && *srcdir != '\0') {
@@ -64,6 +62,28 @@ std::vector<std::string> BackendLibraryCandidates(DeviceType type) {
   return unique;
 }
 
+absl::Status OpenLibrary(const std::vector<std::string>& candidates) {
+  std::vector<std::string> tried_paths;
+  for (const std::string& path : candidates) {
+    if (!Exists(path)) {
+      tried_paths.push_back(absl::StrCat(path, " (no such file)"));
+      continue;
+    }
+    // RTLD_GLOBAL: what it opens (cudart, cuBLAS) stays available to later libraries.
+    if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return absl::OkStatus();
+    const char* err = ::dlerror();
+    tried_paths.push_back(absl::StrCat(path, " (", err != nullptr ? err : "dlopen failed", ")"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "tried ", tried_paths.empty() ? "nothing" : absl::StrJoin(tried_paths, "; ")));
+}
+
+std::vector<std::string> BackendLibraryCandidates(DeviceType type) {
+  const std::string name = BackendLibraryName(type);
+  if (name.empty()) return {};
+  return LibraryCandidates(name, "kernels/cuda", "CCTUNE_CUDA_LIBRARY");
+}
+
 absl::Status LoadBackendLibrary(DeviceType type) {
   static std::mutex mu;
   static absl::Status results[kNumDeviceTypes];
@@ -74,25 +94,13 @@ absl::Status LoadBackendLibrary(DeviceType type) {
   tried[t] = true;
   const std::string name = BackendLibraryName(type);
   if (name.empty()) return results[t] = absl::OkStatus();
-  std::vector<std::string> tried_paths;
-  for (const std::string& path : BackendLibraryCandidates(type)) {
-    if (!Exists(path)) {
-      tried_paths.push_back(absl::StrCat(path, " (no such file)"));
-      continue;
-    }
-    // RTLD_GLOBAL: what it opens (cudart, cuBLAS) stays available to later libraries.
-    if (::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) {
-      return results[t] = absl::OkStatus();
-    }
-    const char* err = ::dlerror();
-    tried_paths.push_back(absl::StrCat(path, " (", err != nullptr ? err : "dlopen failed", ")"));
-  }
+  absl::Status opened = OpenLibrary(BackendLibraryCandidates(type));
+  if (opened.ok()) return results[t] = opened;
   return results[t] = absl::UnavailableError(absl::StrCat(
              "cuda needs the CUDA backend library ", name,
              " and the CUDA runtime it links (libcudart, libcublas), but it could not be "
-             "loaded: tried ",
-             tried_paths.empty() ? "nothing" : absl::StrJoin(tried_paths, "; "),
-             ". Set CCTUNE_CUDA_LIBRARY to its path (bazel build //kernels/cuda:",
+             "loaded: ",
+             opened.message(), ". Set CCTUNE_CUDA_LIBRARY to its path (bazel build //kernels/cuda:",
              name, "), or add the CUDA toolkit's lib64 to LD_LIBRARY_PATH"));
 }
 

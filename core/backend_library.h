@@ -23,6 +23,15 @@ const char* BackendLibraryName(DeviceType type);
 // its Bazel runfiles (<binary>.runfiles/cctune/kernels/cuda/, or $TEST_SRCDIR/cctune/...).
 std::vector<std::string> BackendLibraryCandidates(DeviceType type);
 
+// The same search for another library of the tree: `file` ("libcctune_nccl.so") of Bazel
+// package `package` ("distributed"), or $`env_var` alone when that is set (env_var may be
+// null).
+std::vector<std::string> LibraryCandidates(const std::string& file, const std::string& package,
+                                           const char* env_var);
+// dlopen (RTLD_NOW | RTLD_GLOBAL) of the first candidate that opens; Unavailable "tried P1 (no
+// such file); P2 (dlerror)" otherwise. Not cached: callers open once.
+absl::Status OpenLibrary(const std::vector<std::string>& candidates);
+
 // Opens `type`'s backend library once per process (later calls return the first result).
 // Unavailable naming the library, every place tried and dlerror() (e.g. a missing
 // libcudart.so.13) when it cannot be opened.

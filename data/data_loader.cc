@@ -7,12 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "core/random.h"
 #include "core/status.h"
+#include "data/distributed_sampler.h"
 
 namespace cctune {
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options)
     : dataset_(std::move(dataset)), options_(options) {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = DistributedSamplerNumSamples(dataset_->size(), options_.num_replicas);
+  const int64_t b = options_.batch_size;
   batches_per_epoch_ = options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -23,12 +25,20 @@ absl::StatusOr<DataLoader> DataLoader::Create(std::shared_ptr<const Dataset> dat
     return absl::InvalidArgumentError(
         absl::StrCat("DataLoader: batch_size (", options.batch_size, ") must be >= 1"));
   }
+  if (options.num_replicas != 1 || options.rank != 0) {
+    CCTUNE_RETURN_IF_ERROR(CheckDistributedSampler(dataset->size(), options.num_replicas,
+                                                   options.rank, dataset->source().c_str()));
+  }
   DataLoader loader(std::move(dataset), options);
   if (loader.batches_per_epoch_ == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("DataLoader: dataset '", loader.dataset_->source(), "' has ",
                      loader.dataset_->size(), " samples, fewer than batch_size (",
-                     options.batch_size, ")", options.drop_last ? " with drop_last" : ""));
+                     options.batch_size, ")", options.drop_last ? " with drop_last" : "",
+                     options.num_replicas > 1
+                         ? absl::StrCat(" per rank (", loader.dataset_->size(), " samples over ",
+                                        options.num_replicas, " ranks)")
+                         : ""));
   }
   return loader;
 }
@@ -57,9 +67,13 @@ std::vector<int64_t> DataLoader::EpochOrder(int64_t epoch) const {
   return order;
 }
 
+std::vector<int64_t> DataLoader::RankOrder(int64_t epoch) const {
+  return DistributedSamplerIndices(EpochOrder(epoch), options_.num_replicas, options_.rank);
+}
+
 const std::vector<int64_t>& DataLoader::OrderFor(int64_t epoch) const {
   if (cached_epoch_ != epoch) {
-    cached_order_ = EpochOrder(epoch);
+    cached_order_ = RankOrder(epoch);
     cached_epoch_ = epoch;
   }
   return cached_order_;

@@ -3,7 +3,9 @@
 // uninterrupted run would have. The order of epoch e is a pure function of (seed, e): a
 // Fisher-Yates shuffle driven by core/random.h's Philox generator with key `seed` and the
 // counter range starting at e * 2^40 (one independent stream per epoch). As in torchtune's
-// recipes, the last incomplete batch is dropped unless drop_last is false.
+// recipes, the last incomplete batch is dropped unless drop_last is false. With num_replicas
+// N > 1 the loader reads rank `rank`'s shard of that order, as torch's DistributedSampler
+// (every rank shuffles alike, then takes every N-th sample).
 //
 //   CCTUNE_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(dataset, options));
 //   loader.SetPosition(saved);                       // or start at (0, 0)
@@ -33,6 +35,10 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   bool drop_last = true;
   CollateOptions collate;
+  // Data parallel: this loader is rank `rank` of `num_replicas` and reads its shard of every
+  // epoch's order (data/distributed_sampler.h); batch_size is per rank.
+  int64_t num_replicas = 1;
+  int64_t rank = 0;
 };
 
 struct DataLoaderPosition {
@@ -45,7 +51,8 @@ struct DataLoaderPosition {
 
 class DataLoader {
  public:
-  // InvalidArgument for batch_size < 1, or a dataset with no full batch under drop_last.
+  // InvalidArgument for batch_size < 1, a dataset with no full batch under drop_last, or
+  // (data parallel) a rank outside [0, num_replicas) or fewer samples than ranks.
   static absl::StatusOr<DataLoader> Create(std::shared_ptr<const Dataset> dataset,
                                            const DataLoaderOptions& options);
 
@@ -65,8 +72,11 @@ class DataLoader {
 
   // The dataset indices in batch `batch_index` of `epoch` (what Next() collates).
   std::vector<int64_t> BatchIndices(int64_t epoch, int64_t batch_index) const;
-  // The sample order of `epoch`: a permutation of [0, size) (identity without shuffle).
+  // The sample order of `epoch`: a permutation of [0, size) (identity without shuffle), the
+  // same on every rank.
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  // This rank's samples of `epoch`, in order (EpochOrder with one replica).
+  std::vector<int64_t> RankOrder(int64_t epoch) const;
 
  private:
   DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderOptions& options);

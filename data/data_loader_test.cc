@@ -184,3 +184,50 @@ TEST(DataLoaderTest, BadArgumentsAndPositions) {
 
 }  // namespace
 }  // namespace cctune
+
+namespace cctune {
+namespace {
+
+// Data parallel: each rank's loader reads its DistributedSampler shard of the same shuffled
+// order; batch_size is per rank, so batches per epoch are ceil(n / N) / b.
+TEST(DataLoaderTest, RanksReadDisjointShardsOfTheSameOrder) {
+  auto ds = Numbered(20);
+  DataLoaderOptions o = Options(2, true, 5);
+  auto whole_or = DataLoader::Create(ds, o);
+  ASSERT_TRUE(whole_or.ok()) << whole_or.status();
+  const DataLoader& whole = *whole_or;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    const std::vector<int64_t> order = whole.EpochOrder(epoch);
+    std::set<int64_t> seen;
+    for (int64_t r = 0; r < 2; ++r) {
+      DataLoaderOptions ro = o;
+      ro.num_replicas = 2;
+      ro.rank = r;
+      auto loader_or = DataLoader::Create(ds, ro);
+      ASSERT_TRUE(loader_or.ok()) << loader_or.status();
+      const DataLoader& loader = *loader_or;
+      EXPECT_EQ(loader.batches_per_epoch(), 5);
+      for (int64_t k = 0; k < 5; ++k) {
+        for (int64_t i : loader.BatchIndices(epoch, k)) EXPECT_TRUE(seen.insert(i).second);
+        // Batch k of both ranks = batch k of a batch of 4 on one process.
+        for (int64_t i : loader.BatchIndices(epoch, k)) {
+          const auto pos = std::find(order.begin(), order.end(), i) - order.begin();
+          EXPECT_EQ(pos / 4, k);
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), 20u);
+  }
+}
+
+TEST(DataLoaderTest, FewerSamplesThanRanksIsAnError) {
+  DataLoaderOptions o = Options(1, false, 0);
+  o.num_replicas = 4;
+  o.rank = 1;
+  absl::StatusOr<DataLoader> loader = DataLoader::Create(Numbered(3), o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_THAT(loader.status().message(), HasSubstr("3 samples, fewer than the 4 ranks"));
+}
+
+}  // namespace
+}  // namespace cctune

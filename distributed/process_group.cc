@@ -1,6 +1,7 @@
 #include "distributed/process_group.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -8,6 +9,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/backend_library.h"
+#include "core/device_interface.h"
 #include "core/status.h"
 
 namespace cctune {
@@ -120,6 +123,25 @@ class DoneWork final : public Work {
   absl::Status status_;
 };
 
+// libcctune_nccl.so registers "nccl" when opened (once per process).
+absl::Status LoadNcclLibrary() {
+  static const absl::Status* const status = [] {
+    // The CUDA backend first (linked in, or libcctune_cuda.so): the tensors live on it.
+    auto cuda = GetDeviceInterface(DeviceType::kCUDA);
+    if (!cuda.ok()) return new absl::Status(cuda.status());
+    absl::Status opened =
+        OpenLibrary(LibraryCandidates("libcctune_nccl.so", "distributed", "CCTUNE_NCCL_LIBRARY"));
+    if (opened.ok()) return new absl::Status();
+    return new absl::Status(absl::UnavailableError(absl::StrCat(
+        "process group backend \"nccl\" needs libcctune_nccl.so and the NCCL library it links "
+        "(libnccl.so.2), but it could not be loaded: ",
+        opened.message(),
+        ". Set CCTUNE_NCCL_LIBRARY to its path (bazel build //distributed:libcctune_nccl.so), "
+        "or add NCCL's folder to LD_LIBRARY_PATH")));
+  }();
+  return *status;
+}
+
 }  // namespace
 
 absl::StatusOr<DistributedEnv> ReadDistributedEnv(
@@ -171,6 +193,19 @@ absl::StatusOr<std::unique_ptr<Work>> ProcessGroup::StartReduceScatter(const Ten
   return std::unique_ptr<Work>(new DoneWork(ReduceScatter(input, output, op)));
 }
 
+void ProcessGroup::Abort(const absl::Status& status) const {
+  std::fprintf(stderr, "cctune: rank %d of %d: %s; aborting the run\n", rank(), world_size(),
+               status.ToString().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void AbortRun(const ProcessGroup& pg, const absl::Status& status) {
+  pg.Abort(status);
+  std::_Exit(1);  // an override that returned
+}
+
 std::unique_ptr<ProcessGroup> CreateSingleProcessGroup() {
   return std::make_unique<SingleProcessGroup>();
 }
@@ -196,17 +231,25 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(
   }
   ProcessGroupFactory factory;
   std::string known = "single";
-  {
+  auto find = [&] {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     auto it = Registry().find(backend);
     if (it != Registry().end()) factory = it->second;
+    known = "single";
     for (const auto& [name, unused] : Registry()) absl::StrAppend(&known, ", ", name);
+  };
+  find();
+  if (!factory && backend == "nccl") {
+    CCTUNE_RETURN_IF_ERROR(LoadNcclLibrary());
+    find();
   }
   if (!factory) {
     return absl::UnimplementedError(absl::StrCat("process group backend \"", backend,
                                                  "\" is not in this build (it has: ", known, ")"));
   }
-  return factory(env, options);
+  ProcessGroupOptions with_device = options;
+  with_device.device = device;
+  return factory(env, with_device);
 }
 
 }  // namespace cctune

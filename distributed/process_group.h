@@ -56,6 +56,9 @@ struct ProcessGroupOptions {
   // Every collective fails after this many seconds (the `distributed_timeout_seconds`
   // config key).
   double timeout_seconds = 300;
+  // The device of the group's tensors (the "nccl" backend's GPU). CreateProcessGroup sets it
+  // from its `device` argument.
+  Device device = Device::Cpu();
 };
 
 // A collective in flight (overlap: start the next layer's all-gather, compute, then Wait).
@@ -91,14 +94,26 @@ class ProcessGroup {
                                                                Tensor& output);
   virtual absl::StatusOr<std::unique_ptr<Work>> StartReduceScatter(const Tensor& input,
                                                                    Tensor& output, ReduceOp op);
+
+  // Ends this process and every other rank of the run now, after printing `status` to stderr
+  // with this rank's number; does not return. The default exits with status 1 (a world of
+  // one); the MPI backend calls MPI_Abort (mpirun then kills the other ranks).
+  [[noreturn]] virtual void Abort(const absl::Status& status) const;
 };
+
+// For recipes, after a failed collective: `AbortRun(*pg, status)` ends every rank at once,
+// exit status 1. Returning the error from main works too: a process whose collective failed
+// skips MPI_Finalize at exit (it would wait for the lost rank), so it exits non-zero and
+// mpirun stops the others (docs/distributed.md, "Failures").
+[[noreturn]] void AbortRun(const ProcessGroup& pg, const absl::Status& status);
 
 // A world of one: every collective copies or keeps its input.
 std::unique_ptr<ProcessGroup> CreateSingleProcessGroup();
 
 // The group of `env` with `options.backend`. Unimplemented, naming the backend, when this
-// build lacks it (e.g. "nccl" without the CUDA toolkit); a world of one is always "single"
-// unless a backend is named.
+// build lacks it; a world of one is always "single" unless a backend is named. "nccl" opens
+// libcctune_nccl.so first (distributed/nccl_process_group.h): Unavailable naming the places
+// tried and dlerror (e.g. no libnccl.so.2) when it cannot.
 using ProcessGroupFactory = std::function<absl::StatusOr<std::unique_ptr<ProcessGroup>>(
     const DistributedEnv& env, const ProcessGroupOptions& options)>;
 // Backends register themselves (from a static initialiser in their library).

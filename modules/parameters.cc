@@ -131,6 +131,13 @@ ParameterLayout ParameterLayout::WithDType(DType dtype) const {
   return ValueOrDie(Create(std::move(specs)));
 }
 
+ParameterLayout ParameterLayout::PadBuffersTo(int64_t multiple) const {
+  ParameterLayout padded = *this;
+  if (multiple <= 1) return padded;
+  for (Buffer& b : padded.buffers_) b.numel = (b.numel + multiple - 1) / multiple * multiple;
+  return padded;
+}
+
 // ---- ParameterArena ----
 
 absl::StatusOr<ParameterArena> ParameterArena::Materialize(ParameterLayout layout,

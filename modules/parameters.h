@@ -79,6 +79,9 @@ class ParameterLayout {
   // Same names, shapes and order, every parameter in `dtype` (e.g. f32 gradients or
   // optimizer moments for bf16 weights).
   ParameterLayout WithDType(DType dtype) const;
+  // The same entries with every buffer's numel rounded up to a multiple of `multiple` (>= 1);
+  // the extra elements are padding (e.g. to cut a buffer into equal shards, distributed/fsdp.h).
+  ParameterLayout PadBuffersTo(int64_t multiple) const;
 
  private:
   std::vector<Entry> entries_;

@@ -196,9 +196,11 @@ absl::Status TransformerDecoder::ForwardHidden(Tensor& hidden, const Tensor& tok
     for (Tensor& t : acts->hs) CCTUNE_RETURN_IF_ERROR(EnsureF32(t, {b, s, d}, dev));
     const size_t num_acts = acts->checkpointing ? 1 : num_layers;
     if (acts->layers.size() < num_acts) acts->layers.resize(num_acts);
+    CCTUNE_RETURN_IF_ERROR(BeforeStage(-1, false));
     CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Forward(acts->hs[0], tokens));  // [b, s, d]
     for (size_t i = 0; i < num_layers; ++i) {
       TransformerSelfAttentionLayer::Activations& la = acts->layers[acts->checkpointing ? 0 : i];
+      CCTUNE_RETURN_IF_ERROR(BeforeStage(static_cast<int>(i), false));
       absl::Status st =
           layers_[i]->Forward(acts->hs[i + 1], acts->hs[i], mask, input_pos, &la, store);
       if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
@@ -206,12 +208,15 @@ absl::Status TransformerDecoder::ForwardHidden(Tensor& hidden, const Tensor& tok
     h = acts->hs[num_layers];
   } else {
     CCTUNE_ASSIGN_OR_RETURN(h, scratch_.Get(0, {b, s, d}, DType::kF32, dev));
+    CCTUNE_RETURN_IF_ERROR(BeforeStage(-1, false));
     CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Forward(h, tokens));  // [b, s, d]
     for (size_t i = 0; i < layers_.size(); ++i) {
+      CCTUNE_RETURN_IF_ERROR(BeforeStage(static_cast<int>(i), false));
       absl::Status st = layers_[i]->Forward(h, h, mask, input_pos);  // [b, s, d], in place
       if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
     }
   }
+  CCTUNE_RETURN_IF_ERROR(BeforeStage(static_cast<int>(layers_.size()), false));
   if (s_out == s) return norm_->Forward(hidden, h);
   CCTUNE_ASSIGN_OR_RETURN(Tensor tail, h.Narrow(1, s - s_out, s_out));
   CCTUNE_RETURN_IF_ERROR(hidden.CopyFrom(tail));
@@ -237,15 +242,18 @@ absl::Status TransformerDecoder::Backward(const Tensor& dhidden, const Tensor& t
     CCTUNE_ASSIGN_OR_RETURN(Tensor dh_rows, dh.View({n, d}));
     CCTUNE_ASSIGN_OR_RETURN(Tensor dy_rows, dhidden.View({n, d}));
     CCTUNE_ASSIGN_OR_RETURN(Tensor h_rows, acts.hs[num_layers].View({n, d}));
+    CCTUNE_RETURN_IF_ERROR(BeforeStage(static_cast<int>(num_layers), true));
     CCTUNE_RETURN_IF_ERROR(norm_->Backward(dh_rows, dy_rows, h_rows, store));
   }
   if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(static_cast<int>(num_layers)));
   for (size_t i = num_layers; i-- > 0;) {
     TransformerSelfAttentionLayer::Activations& la = acts.layers[acts.checkpointing ? 0 : i];
+    CCTUNE_RETURN_IF_ERROR(BeforeStage(static_cast<int>(i), true));
     absl::Status st = layers_[i]->Backward(dh, acts.hs[i], mask, input_pos, la, store);
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("layer ", i, ": ", st.message()));
     if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(static_cast<int>(i)));
   }
+  CCTUNE_RETURN_IF_ERROR(BeforeStage(-1, true));
   CCTUNE_RETURN_IF_ERROR(tok_embeddings_->Backward(dh, tokens, store));
   if (after_stage) CCTUNE_RETURN_IF_ERROR(after_stage(-1));
   return absl::OkStatus();

@@ -102,6 +102,19 @@ class TransformerDecoder : public Module {
   absl::Status Backward(const Tensor& dhidden, const Tensor& tokens, const Tensor* mask,
                         const Tensor* input_pos, Activations& acts, ActivationStore& store,
                         const std::function<absl::Status(int stage)>& after_stage = nullptr);
+  // Data parallel with sharded parameters (distributed/fsdp.h): `hook(stage, backward)` runs
+  // before each part reads its parameters: in ForwardHidden (training or not) before the
+  // table (-1), layer i (i) and the final norm (num_layers()); in Backward before the final
+  // norm's (num_layers()), layer i's (i) and the table's (-1), with backward = true. The
+  // output projection is the caller's (stage num_layers() + 1, DecoderTrainer). An error ends
+  // the call. Null (the default): none.
+  using ParameterHook = std::function<absl::Status(int stage, bool backward)>;
+  void set_parameter_hook(ParameterHook hook) { parameter_hook_ = std::move(hook); }
+  bool has_parameter_hook() const { return static_cast<bool>(parameter_hook_); }
+  absl::Status BeforeStage(int stage, bool backward) const {
+    return parameter_hook_ ? parameter_hook_(stage, backward) : absl::OkStatus();
+  }
+
   // A new f32 logits tensor on the parameters' device.
   absl::StatusOr<Tensor> operator()(const Tensor& tokens, const Tensor* mask = nullptr,
                                     const Tensor* input_pos = nullptr);
@@ -119,6 +132,7 @@ class TransformerDecoder : public Module {
   std::unique_ptr<Projection> output_;
   int64_t max_seq_len_;
   Scratch scratch_;
+  ParameterHook parameter_hook_;
 };
 
 }  // namespace cctune

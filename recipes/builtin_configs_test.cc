@@ -23,7 +23,7 @@ std::string ReadFile(const std::string& path) {
 
 TEST(BuiltinConfigsTest, EmbeddedCopiesEqualTheFiles) {
   std::vector<EmbeddedConfig> configs = BuiltinConfigs();
-  ASSERT_EQ(configs.size(), 12u);
+  ASSERT_EQ(configs.size(), 18u);
   for (size_t i = 1; i < configs.size(); ++i) {
     EXPECT_LT(std::string(configs[i - 1].name), std::string(configs[i].name));
   }

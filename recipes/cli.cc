@@ -18,9 +18,12 @@
 #include "core/status.h"
 #include "recipes/finetune_utils.h"
 #include "recipes/builtin_configs.h"
+#include "recipes/full_finetune_distributed.h"
 #include "recipes/full_finetune_single_device.h"
 #include "recipes/generate_recipe.h"
+#include "recipes/launcher.h"
 #include "recipes/quantize_recipe.h"
+#include "recipes/lora_finetune_distributed.h"
 #include "recipes/lora_finetune_single_device.h"
 #include "recipes/recipe_main.h"
 
@@ -40,7 +43,8 @@ constexpr char kUsage[] =
     "              and its keys)\n"
     "  cp          Copy a built-in config to a local path\n"
     "  validate    Validate a config and ensure that it is well-formed\n"
-    "  run         Run a recipe: cctune run <recipe> --config <name|path> [key=value ...]\n";
+    "  run         Run a recipe: cctune run [--nproc_per_node N] <recipe> --config <name|path>\n"
+    "              [key=value ...]\n";
 
 const RecipeInfo* FindRecipe(absl::string_view name) {
   for (const RecipeInfo& r : Recipes()) {
@@ -299,9 +303,36 @@ int Validate(const std::vector<std::string>& args) {
   return 0;
 }
 
-int Run(const std::vector<std::string>& args) {
+constexpr char kRunUsage[] =
+    "usage: cctune run [--nproc_per_node N [--nnodes M --hostfile F]] <recipe> "
+    "--config <name|path> [key=value ...]\n\n"
+    "--nproc_per_node N starts N ranks of the recipe with mpirun (per node; docs/distributed.md)"
+    "\n\nrecipes:";
+
+int Run(std::vector<std::string> args) {
+  absl::StatusOr<LaunchOptions> launch = ParseLaunchFlags(&args);
+  if (!launch.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(launch.status().message()).c_str());
+    return 2;
+  }
+  if (NeedsLauncher(*launch) && !args.empty() && args[0] != "-h" && args[0] != "--help") {
+    if (FindRecipe(args[0]) == nullptr) {
+      std::fprintf(stderr, "cctune run: unknown recipe '%s'. Try `cctune ls`.\n", args[0].c_str());
+      return 1;
+    }
+    absl::Status failure;
+    absl::StatusOr<LaunchHost> host = CurrentHost();
+    if (!host.ok()) {
+      failure = host.status();
+    } else {
+      absl::StatusOr<std::vector<std::string>> argv = MpirunCommand(*launch, *host, args);
+      failure = argv.ok() ? Exec(*argv) : argv.status();  // Exec returns only on failure
+    }
+    std::fprintf(stderr, "%s\n", std::string(failure.message()).c_str());
+    return 1;
+  }
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::printf("usage: cctune run <recipe> --config <name|path> [key=value ...]\n\nrecipes:");
+    std::printf("%s", kRunUsage);
     for (const RecipeInfo& r : Recipes()) std::printf(" %s", r.name.c_str());
     std::printf("\n");
     return args.empty() ? 2 : 0;
@@ -335,6 +366,10 @@ const std::vector<RecipeInfo>& Recipes() {
       info(LoRAFinetuneRecipe(),
            {"demo/lora_finetune", "llama3_1/8B_lora_single_device",
             "llama3_2/1B_lora_single_device"}),
+      info(FullFinetuneDistributedRecipe(),
+           {"demo/full_finetune_distributed", "llama3_1/8B_full", "llama3_2/1B_full"}),
+      info(LoRAFinetuneDistributedRecipe(),
+           {"demo/lora_finetune_distributed", "llama3_1/8B_lora", "llama3_2/1B_lora"}),
       info(QuantizeRecipe(), {"llama2c/quantization"}),
   };
   return *recipes;

@@ -6,6 +6,8 @@
 //   cctune cp <config> <dest> [--make-parents]   copy a built-in config to edit it
 //   cctune validate <config> [key=value ...]     check a config, reporting every problem
 //   cctune run <recipe> --config <name|path> [key=value ...]
+//   cctune run --nproc_per_node N [--nnodes M --hostfile F] <recipe> ...   N ranks under mpirun
+//                                                (recipes/launcher.h)
 #ifndef CCTUNE_RECIPES_CLI_H_
 #define CCTUNE_RECIPES_CLI_H_
 

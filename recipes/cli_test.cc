@@ -54,8 +54,8 @@ std::pair<int, std::string> ValidateFile(const std::string& name, const std::str
 // A torchtune header naming a recipe cctune lacks: the rest is still checked (components,
 // ${}), and the unknown recipe is one more error. A header naming one of ours picks it.
 TEST(CliTest, ValidateChecksEverythingUnderAnUnknownRecipe) {
-  const auto [code, err] = ValidateFile("distributed.yaml", R"(# Config for multi-device LoRA
-#   tune run --nproc_per_node 2 lora_finetune_distributed --config llama3_2/1B_lora
+  const auto [code, err] = ValidateFile("distributed.yaml", R"(# Config for knowledge distillation
+#   tune run --nproc_per_node 2 knowledge_distillation_distributed --config qwen2/1.5_to_0.5B_KD_lora_distributed
 output_dir: /tmp/x
 model:
   _component_: torchtune.models.llama3_2.no_such_builder
@@ -64,7 +64,7 @@ optimizer:
   lr: ${missing_key}
 )");
   EXPECT_EQ(code, 1);
-  EXPECT_THAT(err, HasSubstr("unknown recipe 'lora_finetune_distributed'"));
+  EXPECT_THAT(err, HasSubstr("unknown recipe 'knowledge_distillation_distributed'"));
   EXPECT_THAT(err, HasSubstr("no_such_builder"));
   EXPECT_THAT(err, HasSubstr("missing_key"));
 

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "data/dataset_components.h"
+#include "distributed/fsdp.h"
 #include "recipes/config_checks.h"
 #include "recipes/finetune_utils.h"
 #include "training/interrupt.h"
@@ -212,7 +213,8 @@ absl::StatusOr<FinetuneSettings> ReadFinetuneSettings(const ConfigNode& root) {
 }
 
 absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const TokenizerComponent& tok,
-                                              const FinetuneSettings& s) {
+                                              const FinetuneSettings& s, int64_t num_replicas,
+                                              int64_t rank) {
   FinetuneData data;
   DatasetContext ctx;
   ctx.tokenizer = tok.tokenizer.get();
@@ -225,6 +227,8 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
   lo.shuffle = s.shuffle;
   lo.seed = static_cast<uint64_t>(s.seed);
   lo.collate.pad_id = 0;
+  lo.num_replicas = num_replicas;
+  lo.rank = rank;
   CCTUNE_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.dataset, lo));
   data.loader.emplace(std::move(loader));
   if (const ConfigNode* v = ValidationDatasetNode(root); v != nullptr) {
@@ -234,6 +238,8 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
     vo.batch_size = s.batch_size_val.value_or(s.batch_size);
     vo.shuffle = false;
     vo.drop_last = false;
+    vo.num_replicas = 1;
+    vo.rank = 0;
     CCTUNE_ASSIGN_OR_RETURN(DataLoader vl, DataLoader::Create(val, vo));
     data.val_loader.emplace(std::move(vl));
   }
@@ -245,7 +251,8 @@ absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const Toke
   if (data.steps_per_epoch < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dataset '", data.dataset->source(), "' has ", batches, " batches of batch_size ",
-        s.batch_size, ": fewer than gradient_accumulation_steps (", s.accum, ")"));
+        s.batch_size, num_replicas > 1 ? absl::StrCat(" per rank (", num_replicas, " ranks)") : "",
+        ": fewer than gradient_accumulation_steps (", s.accum, ")"));
   }
   if (const ConfigNode* sc = root.Find("lr_scheduler"); sc != nullptr && !sc->IsNull()) {
     CCTUNE_ASSIGN_OR_RETURN(
@@ -272,17 +279,22 @@ TrainingLoop MakeTrainingLoop(const FinetuneSettings& s, const FinetuneData& dat
   return loop;
 }
 
-absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
-                                               Optimizer& optimizer, DataLoader& loader,
-                                               Generator& gen) {
+absl::Status ImportOptimizerState(const RecipeState& state, Optimizer& optimizer) {
+  CCTUNE_ASSIGN_OR_RETURN(OptimizerState os, GetOptimizerState(state));
+  return optimizer.ImportState(os);
+}
+
+absl::StatusOr<RunProgress> RestoreRecipeState(
+    const std::string& dir, int64_t seed,
+    const std::function<absl::Status(const RecipeState&)>& restore_optimizer, DataLoader& loader,
+    Generator& gen) {
   CCTUNE_ASSIGN_OR_RETURN(RecipeState state,
                           LoadRecipeState(absl::StrCat(dir, "/", kRecipeStateFile)));
   if (state.proto.seed() != static_cast<uint64_t>(seed)) {
     return absl::InvalidArgumentError(absl::StrCat("resume: ", dir, " was trained with seed ",
                                                    state.proto.seed(), ", config has ", seed));
   }
-  CCTUNE_ASSIGN_OR_RETURN(OptimizerState os, GetOptimizerState(state));
-  CCTUNE_RETURN_IF_ERROR(optimizer.ImportState(os));
+  CCTUNE_RETURN_IF_ERROR(restore_optimizer(state));
   CCTUNE_RETURN_IF_ERROR(RestoreDataLoaderPosition(state.proto.data(), dir, &loader));
   RestoreRngState(state.proto.rng(), &gen);
   RunProgress progress;
@@ -336,10 +348,8 @@ absl::StatusOr<std::vector<std::string>> PruneCheckpoints(const std::string& out
 }
 
 absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
-                              const Optimizer& optimizer, RecipeState state,
-                              std::optional<int64_t> keep_last_n) {
+                              const RecipeState& state, std::optional<int64_t> keep_last_n) {
   const std::string dir = absl::StrCat(output_dir, "/", name);
-  SetOptimizerState(optimizer.ExportState(), &state);
   CCTUNE_RETURN_IF_ERROR(SaveRecipeState(absl::StrCat(dir, "/", kRecipeStateFile), state));
   CCTUNE_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(output_dir, "/", kLatestFile), name + "\n"));
@@ -359,16 +369,51 @@ absl::StatusOr<std::unique_ptr<MetricLogger>> MakeMetricLogger(const ConfigNode&
   return std::unique_ptr<MetricLogger>(std::make_unique<StdoutLogger>());
 }
 
+namespace {
+
+// Peak resident set of this process in bytes since the last ResetPeakRss (Linux VmHWM), -1
+// when it cannot be read. What sharded weights save shows here: the allocator's figure counts
+// the whole arenas, whose foreign pages are handed back (distributed/fsdp.h).
+int64_t PeakRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+void ResetPeakRss() {
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);  // resets VmHWM to the current RSS
+    std::fclose(f);
+  }
+}
+
+}  // namespace
+
 absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
   DataLoader& loader = *loop.loader;
   int64_t& step = progress.step;
   const int64_t accum = loop.accum;
+  ProcessGroup* const group = loop.group;
+  const bool writer = group == nullptr || group->rank() == 0;
   // What failed or killed saves left takes the space the next save needs (a full disk).
-  CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
-                          RemoveCheckpointLeftovers(loop.output_dir));
-  for (const std::string& path : removed) {
-    LogWarning("Removed %s (left by a save that did not finish)", path.c_str());
+  if (writer) {
+    CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> removed,
+                            RemoveCheckpointLeftovers(loop.output_dir));
+    for (const std::string& path : removed) {
+      LogWarning("Removed %s (left by a save that did not finish)", path.c_str());
+    }
   }
+  // A value of this rank over every rank (itself without a group).
+  auto over_ranks = [group](double v, ReduceOp op) -> absl::StatusOr<double> {
+    if (group == nullptr) return v;
+    return AllReduceScalar(*group, v, op);
+  };
   const InterruptHandler interrupt;
   int64_t saved_step = step;  // the step of the newest checkpoint (or of the resumed one)
   auto save = [&]() -> absl::Status {
@@ -377,7 +422,8 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     if (!dir.ok()) {
       // Keep only the last good checkpoint: a partial step_N would hold the space a later
       // save (or a resumed run) needs.
-      const absl::Status cleaned = RemoveFailedCheckpoint(loop.output_dir, name);
+      const absl::Status cleaned =
+          writer ? RemoveFailedCheckpoint(loop.output_dir, name) : absl::OkStatus();
       return absl::Status(
           dir.status().code(),
           absl::StrCat("saving checkpoint ", loop.output_dir, "/", name, " at step ", step,
@@ -390,12 +436,13 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     return absl::OkStatus();
   };
   ResetPeakMemory(loop.device);
+  if (group != nullptr && loop.device.is_cpu()) ResetPeakRss();
   const auto loop_start = std::chrono::steady_clock::now();
   int64_t trained_here = 0;  // steps this run has trained (the profiler's schedule counts them)
   // On a terminal only (stderr redirected to a file stays clean), and at log_level INFO or
   // below.
   ProgressBar bar("train", loop.steps_per_epoch * loop.epochs,
-                  LogEnabled(LogLevel::kInfo) ? stderr : nullptr);
+                  writer && LogEnabled(LogLevel::kInfo) ? stderr : nullptr);
   bar.Update(step);
   bar.ResetClock();
   // The loader's position (epoch, batch) is the truth; a finished epoch (by max_steps) moves on.
@@ -422,7 +469,8 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
                           : loop.base_lr;
     loop.optimizer->set_lr(lr);
     absl::StatusOr<TrainStepResult> r =
-        TrainStep(*loop.trainer, *loop.optimizer, micro, loop.clip_norm, loop.after_backward);
+        TrainStep(*loop.trainer, *loop.optimizer, micro, loop.clip_norm, loop.after_backward,
+                  loop.data_parallel);
     if (!r.ok()) {
       return absl::Status(r.status().code(),
                           absl::StrCat("training stopped at step ", step + 1, " (epoch ", epoch,
@@ -435,6 +483,10 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
                        "; the last good checkpoint is ", progress.last_checkpoint));
     }
     ++step;
+    if (group != nullptr) {
+      CCTUNE_ASSIGN_OR_RETURN(const double total, over_ranks(step_tokens, ReduceOp::kSum));
+      step_tokens = static_cast<int64_t>(total);
+    }
     progress.tokens_seen += step_tokens;
     if (loop.profiler != nullptr && loop.profiler->Recording(run_index)) {
       loop.profiler->AddStep(
@@ -459,15 +511,25 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
                    {"tokens_per_second", seconds > 0 ? step_tokens / seconds : 0.0},
                    {"epoch", static_cast<double>(epoch)}};
       if (loop.log_memory) {
-        m.push_back({"peak_memory_gb", GetMemoryStats(loop.device).peak_bytes / 1e9});
+        CCTUNE_ASSIGN_OR_RETURN(
+            const double peak,
+            over_ranks(static_cast<double>(GetMemoryStats(loop.device).peak_bytes), ReduceOp::kMax));
+        m.push_back({"peak_memory_gb", peak / 1e9});
+        if (group != nullptr && loop.device.is_cpu()) {
+          CCTUNE_ASSIGN_OR_RETURN(
+              const double rss,
+              over_ranks(static_cast<double>(PeakRssBytes()), ReduceOp::kMax));
+          m.push_back({"peak_rss_gb", rss / 1e9});
+        }
       }
-      CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict(m, step));
+      if (writer) CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict(m, step));
     }
+    // Every rank validates (sharded weights are gathered layer by layer); rank 0 logs.
     if (loop.val_loader != nullptr &&
         ((loop.eval_every > 0 && step % loop.eval_every == 0) ||
          (loop.eval_every == 0 && epoch_end))) {
       CCTUNE_ASSIGN_OR_RETURN(double vloss, ValidationLoss(*loop.trainer, *loop.val_loader));
-      CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict({{"val_loss", vloss}}, step));
+      if (writer) CCTUNE_RETURN_IF_ERROR(loop.logger->LogDict({{"val_loss", vloss}}, step));
     }
     const bool stop = loop.stop_after.has_value() && step >= *loop.stop_after;
     if (epoch_end) CCTUNE_RETURN_IF_ERROR(loader.StartEpoch(epoch + 1));
@@ -476,7 +538,12 @@ absl::Status RunTrainingLoop(const TrainingLoop& loop, RunProgress& progress) {
     }
     // A step boundary: a signal that came during this step (its data, validation or save)
     // stops here, with the checkpoint a periodic save would write.
-    if (const int sig = interrupt.signal(); sig != 0) {
+    int sig = interrupt.signal();
+    if (group != nullptr) {
+      CCTUNE_ASSIGN_OR_RETURN(const double any, over_ranks(sig, ReduceOp::kMax));
+      sig = static_cast<int>(any);
+    }
+    if (sig != 0) {
       if (saved_step != step) CCTUNE_RETURN_IF_ERROR(save());
       bar.Close();
       CCTUNE_RETURN_IF_ERROR(loop.logger->Close());

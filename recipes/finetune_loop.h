@@ -24,6 +24,7 @@
 #include "core/random.h"
 #include "data/data_loader.h"
 #include "data/dataset.h"
+#include "distributed/process_group.h"
 #include "recipes/checkpoint_dir.h"
 #include "tokenizers/tokenizer_components.h"
 #include "training/decoder_trainer.h"
@@ -100,8 +101,11 @@ struct FinetuneData {
   int64_t steps_per_epoch = 0;
   std::optional<CosineScheduleWithWarmup> schedule;
 };
+// Data parallel: the training loader is rank `rank`'s of `num_replicas` (batch_size per
+// rank; data/distributed_sampler.h); the validation loader is whole (rank 0 validates).
 absl::StatusOr<FinetuneData> MakeFinetuneData(const ConfigNode& root, const TokenizerComponent& tok,
-                                              const FinetuneSettings& s);
+                                              const FinetuneSettings& s, int64_t num_replicas = 1,
+                                              int64_t rank = 0);
 
 // Where a run stands: optimizer steps done, training tokens consumed, and the last checkpoint
 // written or resumed from ("(none)" before the first).
@@ -112,21 +116,25 @@ struct RunProgress {
 };
 
 // Restores what `dir`'s recipe state holds besides the weights: checks the seed, then the
-// optimizer state, the data loader's position and the generator. Returns the progress saved.
-absl::StatusOr<RunProgress> RestoreRecipeState(const std::string& dir, int64_t seed,
-                                               Optimizer& optimizer, DataLoader& loader,
-                                               Generator& gen);
+// optimizer state (`restore_optimizer`, given the loaded state), the data loader's position
+// and the generator. Returns the progress saved.
+absl::StatusOr<RunProgress> RestoreRecipeState(
+    const std::string& dir, int64_t seed,
+    const std::function<absl::Status(const RecipeState&)>& restore_optimizer, DataLoader& loader,
+    Generator& gen);
+// The restore of an optimizer whose whole state is in the recipe state.
+absl::Status ImportOptimizerState(const RecipeState& state, Optimizer& optimizer);
 
 // The recipe state to save with the weights after `progress.step` steps, in `epoch`.
 RecipeState MakeRecipeState(const RunProgress& progress, int64_t epoch, int64_t seed,
                             const Generator& gen, const DataLoader& loader);
 
-// Completes checkpoint <output_dir>/<name>/ once its weights are written: saves `state` with
-// the optimizer's state as kRecipeStateFile, then points LATEST at it (atomically, so LATEST
-// only ever names a complete checkpoint) and, with `keep_last_n`, prunes (PruneCheckpoints).
+// Completes checkpoint <output_dir>/<name>/ once its weights are written: saves `state`
+// (with the optimizer's state, SetOptimizerState) as kRecipeStateFile, then points LATEST at
+// it (atomically, so LATEST only ever names a complete checkpoint) and, with `keep_last_n`,
+// prunes (PruneCheckpoints).
 absl::Status FinishCheckpoint(const std::string& output_dir, const std::string& name,
-                              const Optimizer& optimizer, RecipeState state,
-                              std::optional<int64_t> keep_last_n);
+                              const RecipeState& state, std::optional<int64_t> keep_last_n);
 
 // Removes the complete step_<N> folders of `output_dir` beyond the newest `keep_last_n`
 // (by N), never `latest` (the one LATEST names, which counts as one of them). Returns the
@@ -154,6 +162,13 @@ struct TrainingLoop {
   int64_t accum = 1;  // gradient_accumulation_steps
   double clip_norm = 0;  // 0: no clipping
   GradientHook after_backward;  // on each step's gradients before clipping (null: none)
+  // Data parallel (null: one process): every rank runs the loop on its shard of the data;
+  // tokens are counted over the ranks, a signal on any rank stops them all at the same step,
+  // peak memory is the maximum over the ranks (on the CPU also peak_rss_gb, the largest
+  // rank's peak resident set since the loop started), every rank validates (on the whole validation
+  // set), and rank 0 alone logs, shows the progress bar and cleans the output folder.
+  ProcessGroup* group = nullptr;
+  const DataParallelHooks* data_parallel = nullptr;  // passed to TrainStep
   int64_t log_every = 1;
   bool log_memory = true;
   int64_t eval_every = 0;  // 0: at epoch ends

@@ -23,6 +23,19 @@ namespace cctune {
 
 absl::Status FinetuneStrategy::RegisterModels() const { return RegisterModelComponents(); }
 
+absl::Status FinetuneStrategy::SaveOptimizerState(const std::string& dir,
+                                                  const Optimizer& optimizer,
+                                                  RecipeState* state) const {
+  SetOptimizerState(optimizer.ExportState(), state);
+  return absl::OkStatus();
+}
+
+absl::Status FinetuneStrategy::RestoreOptimizerState(const std::string& dir,
+                                                     const RecipeState& state,
+                                                     Optimizer& optimizer) const {
+  return ImportOptimizerState(state, optimizer);
+}
+
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> FinetuneStrategy::BuildModel(
     const ConfigNode& root, const ConfigNode& args) {
   return ModelComponentRegistry().InstantiateKey(root, "model", args);
@@ -64,6 +77,11 @@ class FinetuneRun {
 
   absl::Status Run() {
     CCTUNE_RETURN_IF_ERROR(strategy_.Configure(root_));
+    group_ = strategy_.Group();
+    if (group_ != nullptr) {
+      CCTUNE_RETURN_IF_ERROR(UseRankZerosSeed());
+      CCTUNE_RETURN_IF_ERROR(SplitGlobalBatch());
+    }
     CCTUNE_RETURN_IF_ERROR(TokenizerStep());
     CCTUNE_RETURN_IF_ERROR(ModelStep());
     CCTUNE_RETURN_IF_ERROR(OptimizerStep());
@@ -94,6 +112,7 @@ class FinetuneRun {
       CCTUNE_ASSIGN_OR_RETURN(params_, ParameterArena::Create(*model_, s_.dtype, s_.device));
       CCTUNE_RETURN_IF_ERROR(params_.InitializeRandom(gen_));
     }
+    CCTUNE_RETURN_IF_ERROR(strategy_.PrepareParameters(*model_, params_));
     CCTUNE_RETURN_IF_ERROR(strategy_.AfterLoad(*model_, params_));
     if (tok_->tokenizer->vocab_size() > model_->vocab_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -135,6 +154,7 @@ class FinetuneRun {
                               OptimizerRegistry().InstantiateKey(root_, "optimizer", buffers));
       LogInfo("Gradient arena %.2f MiB", grads_.Bytes() / 1048576.0);
     }
+    if (!s_.optimizer_in_bwd) CCTUNE_RETURN_IF_ERROR(strategy_.AttachTrainer(*model_, *trainer_));
     // Dropout (LoRA's) draws its masks from the recipe's generator, whose state the
     // checkpoints save and a resume restores, so a resumed run drops the same elements.
     trainer_->set_generator(&gen_);
@@ -146,7 +166,7 @@ class FinetuneRun {
   }
 
   absl::Status DataStep() {
-    CCTUNE_ASSIGN_OR_RETURN(data_, MakeFinetuneData(root_, *tok_, s_));
+    CCTUNE_ASSIGN_OR_RETURN(data_, MakeFinetuneData(root_, *tok_, s_, world_size(), rank()));
     return absl::OkStatus();
   }
 
@@ -155,13 +175,24 @@ class FinetuneRun {
     if (!s_.resume) return absl::OkStatus();
     CCTUNE_ASSIGN_OR_RETURN(const std::string dir, LatestCheckpointDir(s_.output_dir));
     CCTUNE_RETURN_IF_ERROR(strategy_.RestoreWeights(dir, hf_config_, trainable_, params_));
-    CCTUNE_ASSIGN_OR_RETURN(progress_,
-                            RestoreRecipeState(dir, s_.seed, *optimizer_, *data_->loader, gen_));
+    CCTUNE_ASSIGN_OR_RETURN(
+        progress_, RestoreRecipeState(
+                       dir, s_.seed,
+                       [&](const RecipeState& state) {
+                         return strategy_.RestoreOptimizerState(dir, state, *optimizer_);
+                       },
+                       *data_->loader, gen_));
     return absl::OkStatus();
   }
 
   absl::Status TrainingStep() {
-    CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<MetricLogger> logger, MakeMetricLogger(root_));
+    // Rank 0 alone logs: the others get a logger that the loop never writes to.
+    std::unique_ptr<MetricLogger> logger;
+    if (rank() == 0) {
+      CCTUNE_ASSIGN_OR_RETURN(logger, MakeMetricLogger(root_));
+    } else {
+      logger = std::make_unique<StdoutLogger>();
+    }
     LogInfo("Model has %lld parameters (%s)%s; %lld samples, %lld steps per epoch, %lld epochs",
                  static_cast<long long>(params_.NumParameters()), s_.dtype_name.c_str(),
                  strategy_.DescribeTrainable(*model_).c_str(),
@@ -179,6 +210,8 @@ class FinetuneRun {
     TraceProfiler profiler(s_.profiler);
     if (profiler.enabled()) loop.profiler = &profiler;
     loop.after_backward = strategy_.AfterBackward();
+    loop.group = group_;
+    loop.data_parallel = strategy_.DataParallel();
     loop.save = [this](int64_t epoch) { return SaveStep(epoch); };
     return RunTrainingLoop(loop, progress_);
   }
@@ -189,15 +222,58 @@ class FinetuneRun {
     RecipeState state = MakeRecipeState(progress_, epoch, s_.seed, gen_, *data_->loader);
     const std::string name = CheckpointName(progress_.step);
     const std::string dir = absl::StrCat(s_.output_dir, "/", name);
-    CCTUNE_RETURN_IF_ERROR(strategy_.SaveWeights(dir, params_, hf_config_));
-    CCTUNE_RETURN_IF_ERROR(FinishCheckpoint(s_.output_dir, name, *optimizer_, std::move(state),
-                                            s_.keep_last_n));
+    CCTUNE_RETURN_IF_ERROR(strategy_.WholeWeights(true));
+    if (rank() == 0) CCTUNE_RETURN_IF_ERROR(strategy_.SaveWeights(dir, params_, hf_config_));
+    CCTUNE_RETURN_IF_ERROR(strategy_.WholeWeights(false));
+    if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(group_->Barrier());  // the folder exists
+    CCTUNE_RETURN_IF_ERROR(strategy_.SaveOptimizerState(dir, *optimizer_, &state));
+    // Every rank's part is on disk before rank 0 makes the checkpoint complete (LATEST).
+    if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(group_->Barrier());
+    if (rank() == 0) {
+      CCTUNE_RETURN_IF_ERROR(FinishCheckpoint(s_.output_dir, name, state, s_.keep_last_n));
+    }
+    if (group_ != nullptr) CCTUNE_RETURN_IF_ERROR(group_->Barrier());
     return dir;
   }
 
+  // Every rank takes rank 0's seed: with `seed: null` each rank drew its own, and the ranks
+  // must initialise, shuffle and drop out alike.
+  absl::Status UseRankZerosSeed() {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({1}, DType::kI64));
+    t.data<int64_t>()[0] = s_.seed;
+    CCTUNE_RETURN_IF_ERROR(group_->Broadcast(t, 0));
+    if (t.data<int64_t>()[0] != s_.seed) {
+      s_.seed = t.data<int64_t>()[0];
+      gen_.SetState(static_cast<uint64_t>(s_.seed), 0);
+      LogInfo("Using rank 0's seed %lld", static_cast<long long>(s_.seed));
+    }
+    return absl::OkStatus();
+  }
+
+  // global_batch_size (the distributed recipes' key), when set, decides batch_size per rank.
+  absl::Status SplitGlobalBatch() {
+    const ConfigNode* g = root_.Find("global_batch_size");
+    if (g == nullptr || g->IsNull()) return absl::OkStatus();
+    CCTUNE_ASSIGN_OR_RETURN(const int64_t global, root_.GetInt("global_batch_size"));
+    const int64_t split = world_size() * s_.accum;
+    if (global % split != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "global_batch_size ", global, " does not split over ", world_size(), " ranks x ",
+          s_.accum, " gradient_accumulation_steps (", split, ")"));
+    }
+    s_.batch_size = global / split;
+    LogInfo("global_batch_size %lld: batch_size %lld per rank", static_cast<long long>(global),
+            static_cast<long long>(s_.batch_size));
+    return absl::OkStatus();
+  }
+
+  int rank() const { return group_ == nullptr ? 0 : group_->rank(); }
+  int world_size() const { return group_ == nullptr ? 1 : group_->world_size(); }
+
   FinetuneStrategy& strategy_;
+  ProcessGroup* group_ = nullptr;  // the strategy's (data parallel), or null
   const ConfigNode& root_;
-  const FinetuneSettings s_;
+  FinetuneSettings s_;  // the seed may come from rank 0 (UseRankZerosSeed)
   Generator gen_;
   std::optional<TokenizerComponent> tok_;
   std::unique_ptr<TransformerDecoder> model_;

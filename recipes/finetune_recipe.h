@@ -27,10 +27,11 @@
 //     the rest LoRA's (a StrategyDecorator around MakeLoRAFinetuneStrategy()).
 //   - DoRA: LoRA with a magnitude vector among the trainable parameters (TrainableLayout,
 //     OptimizerBuffers) and in the adapter it saves (SaveWeights).
-//   - Distributed recipes (issue 11): TrainableLayout / OptimizerBuffers give each rank its
-//     shard, AfterBackward reduce-scatters the gradients before the norm and the update, and
-//     SaveWeights gathers the shards (or lets one rank write); the rest the full or LoRA
-//     strategy's, decorated.
+//   - Distributed recipes (recipes/data_parallel_strategy.h): Group and DataParallel make
+//     the run data parallel; PrepareParameters pads the arena for sharding, TrainableLayout /
+//     OptimizerBuffers give each rank its shard, SaveOptimizerState / RestoreOptimizerState
+//     write and reshard each rank's optimizer state; the rest the full or LoRA strategy's,
+//     decorated.
 #ifndef CCTUNE_RECIPES_FINETUNE_RECIPE_H_
 #define CCTUNE_RECIPES_FINETUNE_RECIPE_H_
 
@@ -50,12 +51,14 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/random.h"
+#include "distributed/process_group.h"
 #include "models/registry.h"
 #include "modules/parameters.h"
 #include "modules/transformer_decoder.h"
 #include "recipes/recipe_main.h"
 #include "training/decoder_trainer.h"
 #include "training/optim.h"
+#include "training/recipe_state.h"
 #include "training/train_step.h"
 
 namespace cctune {
@@ -100,6 +103,12 @@ class FinetuneStrategy {
                                                                const LoadedCheckpoint& ckpt,
                                                                DType dtype, const Device& device,
                                                                Generator& gen) = 0;
+  // Called once the weights are in (checkpoint or random init), before AfterLoad: may
+  // replace the arena by one with another buffer layout, bound to `model` (data parallel:
+  // buffers padded for sharding).
+  virtual absl::Status PrepareParameters(TransformerDecoder& model, ParameterArena& params) {
+    return absl::OkStatus();
+  }
   // Called once the weights are in: checks the model suits the strategy.
   virtual absl::Status AfterLoad(const TransformerDecoder& model, const ParameterArena& params) {
     return absl::OkStatus();
@@ -117,6 +126,29 @@ class FinetuneStrategy {
   // Train step: runs on the gradients after each step's backward, before the norm, clipping
   // and update (null: none).
   virtual GradientHook AfterBackward() { return nullptr; }
+
+  // Data parallel (the distributed recipes; null: one process). With a group the skeleton
+  // gives each rank its shard of the data (batch_size per rank), passes DataParallel() to
+  // every TrainStep (recipes/finetune_loop.h TrainingLoop::group), and lets rank 0 alone log
+  // and write the weights and the recipe state of checkpoints (every rank restores them).
+  // Called after Configure.
+  virtual ProcessGroup* Group() { return nullptr; }
+  virtual const DataParallelHooks* DataParallel() const { return nullptr; }
+  // Called once the trainer and the optimizer exist (e.g. sets the model's parameter hook and
+  // the trainer's gradient-ready hook).
+  virtual absl::Status AttachTrainer(TransformerDecoder& model, DecoderTrainer& trainer) {
+    return absl::OkStatus();
+  }
+  // Save step, on every rank: true before rank 0's SaveWeights (the arena must then hold
+  // every weight, e.g. gathered from the shards), false after it.
+  virtual absl::Status WholeWeights(bool whole) { return absl::OkStatus(); }
+  // Save step, on every rank after rank 0's SaveWeights: puts the optimizer's state into the
+  // recipe state rank 0 writes (the default), or writes this rank's part beside it.
+  virtual absl::Status SaveOptimizerState(const std::string& dir, const Optimizer& optimizer,
+                                          RecipeState* state) const;
+  // Restore step: loads what SaveOptimizerState saved (`state`: dir's recipe state).
+  virtual absl::Status RestoreOptimizerState(const std::string& dir, const RecipeState& state,
+                                             Optimizer& optimizer) const;
 
   // Save step: writes the weights of checkpoint `dir` (the skeleton adds the recipe state and
   // moves LATEST). `config` is the model's config.json.
@@ -175,6 +207,23 @@ class StrategyDecorator : public FinetuneStrategy {
     return inner_->OptimizerBuffers(params, grads);
   }
   GradientHook AfterBackward() override { return inner_->AfterBackward(); }
+  absl::Status PrepareParameters(TransformerDecoder& model, ParameterArena& params) override {
+    return inner_->PrepareParameters(model, params);
+  }
+  absl::Status AttachTrainer(TransformerDecoder& model, DecoderTrainer& trainer) override {
+    return inner_->AttachTrainer(model, trainer);
+  }
+  absl::Status WholeWeights(bool whole) override { return inner_->WholeWeights(whole); }
+  ProcessGroup* Group() override { return inner_->Group(); }
+  const DataParallelHooks* DataParallel() const override { return inner_->DataParallel(); }
+  absl::Status SaveOptimizerState(const std::string& dir, const Optimizer& optimizer,
+                                  RecipeState* state) const override {
+    return inner_->SaveOptimizerState(dir, optimizer, state);
+  }
+  absl::Status RestoreOptimizerState(const std::string& dir, const RecipeState& state,
+                                     Optimizer& optimizer) const override {
+    return inner_->RestoreOptimizerState(dir, state, optimizer);
+  }
   absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
                            const HfModelConfig& config) const override {
     return inner_->SaveWeights(dir, params, config);

@@ -41,6 +41,12 @@ const std::vector<std::string>& BuiltinNames() {
                                    "demo/lora_finetune",
                                    "llama3_1/8B_lora_single_device",
                                    "llama3_2/1B_lora_single_device",
+                                   "demo/full_finetune_distributed",
+                                   "llama3_1/8B_full",
+                                   "llama3_2/1B_full",
+                                   "demo/lora_finetune_distributed",
+                                   "llama3_1/8B_lora",
+                                   "llama3_2/1B_lora",
                                    "llama2c/quantization"};
   return *names;
 }

@@ -79,3 +79,67 @@ def cctune_fuzz_target(name, srcs, deps = [], corpus = [], dict = None, copts = 
         size = "medium",
         tags = ["manual", "fuzz"],
     )
+
+def cctune_mpi_test(
+        name,
+        srcs = [],
+        deps = [],
+        binary = None,
+        np = 2,
+        args = [],
+        expect_failure = False,
+        expect_status = None,
+        expect_output = [],
+        expect_lines = {},
+        max_seconds = 0,
+        launcher = False,
+        data = [],
+        copts = [],
+        size = "small",
+        tags = [],
+        **kwargs):
+    """A test run on `np` ranks by mpirun (tools/run_mpi_test.sh), one thread per rank.
+
+    Builds `<name>_bin`, a GoogleTest program of `srcs`/`deps`, unless `binary` names a
+    program to run instead. Passes when mpirun exits 0 (non-zero with expect_failure, exactly
+    expect_status when given), each
+    extended regex of expect_output matches the ranks' output, and the run took at most
+    max_seconds (0: no limit); expect_lines maps a regex to the exact number of output lines
+    that match it. launcher: `binary` starts mpirun itself (cctune run --nproc_per_node).
+    Tagged "mpi" and "cpu:<np>" (Bazel reserves that many cores).
+    """
+    if binary == None:
+        cc_binary(
+            name = name + "_bin",
+            testonly = True,
+            srcs = srcs,
+            copts = CCTUNE_COPTS + CCTUNE_MARCH_COPTS + copts,
+            linkopts = ["-rdynamic"],
+            deps = deps + ["@gtest_main//:lib", "@gtest//:lib"],
+            tags = ["manual"],
+        )
+        binary = ":" + name + "_bin"
+    runner_args = ["--np=%d" % np]
+    if expect_failure:
+        runner_args.append("--expect_failure")
+    if expect_status != None:
+        runner_args.append("--expect_status=%d" % expect_status)
+    # Regexes travel as single-quoted args; "$" is doubled for Bazel's Make-variable expansion.
+    runner_args += ["'--expect_output=%s'" % p.replace("$", "$$") for p in expect_output]
+    runner_args += [
+        "'--expect_lines=%d:%s'" % (n, p.replace("$", "$$"))
+        for p, n in expect_lines.items()
+    ]
+    if max_seconds:
+        runner_args.append("--max_seconds=%d" % max_seconds)
+    if launcher:
+        runner_args.append("--launcher")
+    native.sh_test(
+        name = name,
+        srcs = ["//tools:run_mpi_test.sh"],
+        args = runner_args + ["$(location %s)" % binary] + args,
+        data = [binary] + data,
+        size = size,
+        tags = tags + ["mpi", "cpu:%d" % np],
+        **kwargs
+    )

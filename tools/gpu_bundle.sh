@@ -49,6 +49,9 @@ TESTS=(
   //training:optim_cuda_test
   //training:cuda_train_test
   //recipes:cuda_recipes_test
+  # A world-of-one NCCL communicator (NCCL allows one rank per GPU; the machine has one GPU
+  # and no mpirun: a world of one needs no MPI bootstrap).
+  //distributed:nccl_process_group_test
 )
 BENCHES=(
   //kernels/cuda:cuda_ops_bench
@@ -58,11 +61,13 @@ BENCHES=(
 # looks (the binary's ../lib): the CUDA backend that CPU-linked recipe binaries load for cuda.
 DLOPENED=(
   //kernels/cuda:libcctune_cuda.so
+  //distributed:libcctune_nccl.so
 )
 
 # Sonames the GPU machine supplies itself (see the header). Everything else ldd reports is
-# carried; a library ldd cannot find here is an error.
-EXCLUDE_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcublas\.so|libcublasLt\.so)'
+# carried; a library ldd cannot find here is an error. libnccl.so.2 (218 MB, for
+# libcctune_nccl.so) is the GPU machine's too: its NCCL test skips, saying so, without it.
+EXCLUDE_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libmvec\.so|libpthread\.so|libdl\.so|librt\.so|libutil\.so|libresolv\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libnvidia-|libcublas\.so|libcublasLt\.so|libnccl\.so)'
 
 die() { echo "gpu_bundle: $*" >&2; exit 1; }
 
@@ -207,14 +212,14 @@ done
 site_dirs+=(/usr/lib/python3/dist-packages /usr/local/lib/python3*/dist-packages
   /usr/local/lib/python3*/site-packages /opt/*/.venv/lib/python3*/site-packages)
 for d in "${site_dirs[@]}"; do add_dir "$d"/nvidia/*/lib "$d"/nvidia/*/lib64; done
-# Unique, in order; only dirs holding a CUDA library.
+# Unique, in order; only dirs holding a CUDA library (or NCCL: nvidia/nccl/lib).
 LIBPATH="$B/lib"
 declare -A seen=()
 for d in "${cuda_dirs[@]}"; do
   d="$(readlink -f "$d")"
   [[ -n "${seen[$d]:-}" ]] && continue
   seen[$d]=1
-  compgen -G "$d/libcu*.so*" >/dev/null && LIBPATH="$LIBPATH:$d"
+  { compgen -G "$d/libcu*.so*" || compgen -G "$d/libnccl*.so*"; } >/dev/null && LIBPATH="$LIBPATH:$d"
 done
 export LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 

@@ -1,8 +1,11 @@
 """pkg_config_repository: wraps system libraries found by pkg-config as a cc_library.
 
 The generated repository has one target, `:lib`, that carries the compile and link flags
-pkg-config reports for the given modules. Headers come from the system include path, so no
-header files are copied. A missing module fails the fetch with a message that names it.
+pkg-config reports for the given modules. Headers under /usr/include come from the system
+include path; an include folder elsewhere (OpenMPI's /usr/lib/x86_64-linux-gnu/openmpi/include)
+is linked into the repository as include/<n> and exported (`includes`, seen by dependents,
+its headers declared so that the sandbox has them). A missing module fails the fetch with a
+message that names it.
 """
 
 def _pkg_config_impl(ctx):
@@ -11,13 +14,18 @@ def _pkg_config_impl(ctx):
         fail("pkg-config not found: run tools/setup.sh")
     cflags = []
     linkopts = []
+    includes = []
     for m in ctx.attr.modules:
         r = ctx.execute([pc, "--exists", m])
         if r.return_code != 0:
             fail("pkg-config module '%s' (for @%s) not found: run tools/setup.sh" % (m, ctx.name))
     r = ctx.execute([pc, "--cflags"] + ctx.attr.modules)
     for f in r.stdout.strip().split(" "):
-        if f and not f.startswith("-I/usr/include"):
+        if f.startswith("-I") and not f.startswith("-I/usr/include"):
+            link = "include/%d" % len(includes)
+            ctx.symlink(f[2:], link)
+            includes.append(link)
+        elif f and not f.startswith("-I/usr/include"):
             cflags.append(f)
     r = ctx.execute([pc, "--libs"] + ctx.attr.modules)
     for f in r.stdout.strip().split(" "):
@@ -30,16 +38,27 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "lib",
+    hdrs = glob(["include/**"]),
+    includes = {includes},
+    defines = {defines},
     copts = {copts},
     linkopts = {linkopts},
 )
-""".format(mods = " ".join(ctx.attr.modules), copts = repr(cflags), linkopts = repr(linkopts)))
+""".format(
+        mods = " ".join(ctx.attr.modules),
+        includes = repr(includes),
+        defines = repr(ctx.attr.defines),
+        copts = repr(cflags),
+        linkopts = repr(linkopts),
+    ))
 
 pkg_config_repository = repository_rule(
     implementation = _pkg_config_impl,
     attrs = {
         "modules": attr.string_list(mandatory = True),
         "extra_linkopts": attr.string_list(default = []),
+        # Preprocessor definitions for the library's users (they propagate, unlike copts).
+        "defines": attr.string_list(default = []),
     },
     local = True,
 )

@@ -285,9 +285,11 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   LossSum result;
   CCTUNE_ASSIGN_OR_RETURN(result.num_valid, CountValidLabels(labels));
   if (normalizer <= 0) normalizer = static_cast<double>(result.num_valid);
-  const bool do_backward = backward && result.num_valid > 0;
+  // With sharded parameters every rank runs the backward's collectives, labels or not.
+  const bool do_backward = backward && (result.num_valid > 0 || model_->has_parameter_hook());
 
   // 2. Fused output projection + cross-entropy (+ its backward), by row chunks.
+  CCTUNE_RETURN_IF_ERROR(model_->BeforeStage(static_cast<int>(model_->num_layers()) + 1, false));
   const Projection& output = model_->output();
   const int64_t chunk = OutputChunkRows(options_, n, v);
   CCTUNE_RETURN_IF_ERROR(EnsureF32(ws.logits_buf, {chunk, v}, dev));

@@ -47,6 +47,11 @@
 // chunks' losses stay on the device and are read back once per call, after the backward is
 // queued. Labels passed on the device cost one more read (for the valid-label count).
 //
+// Sharded parameters (distributed/fsdp.h): the model's parameter hook
+// (TransformerDecoder::set_parameter_hook) also runs before the output projection (stage
+// num_layers() + 1); with it set, a batch without valid labels still runs the backward, so
+// every rank makes the same collectives.
+//
 // Supported: GQA/MQA, q/k/v (and any other Linear) biases, tied or untied output, RoPE of any
 // flavour, an explicit bool mask [b, s, s] (packing) and input_pos [b, s] or [s]. Not
 // supported (Unimplemented from Create): q_norm/k_norm inside attention.

@@ -423,15 +423,20 @@ absl::StatusOr<double> ClipGradNorm(absl::Span<const Tensor> grads, double max_n
         absl::StrCat("ClipGradNorm: max_norm (", max_norm, ") must be > 0"));
   }
   CCTUNE_ASSIGN_OR_RETURN(const double norm, GradNorm(grads));
-  if (!std::isfinite(norm)) return norm;
+  CCTUNE_RETURN_IF_ERROR(ClipGradsToNorm(grads, norm, max_norm));
+  return norm;
+}
+
+absl::Status ClipGradsToNorm(absl::Span<const Tensor> grads, double norm, double max_norm) {
+  if (!std::isfinite(norm)) return absl::OkStatus();
   const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return norm;  // torch multiplies by exactly 1.0 here: a no-op
+  if (coef >= 1.0) return absl::OkStatus();  // torch multiplies by exactly 1.0 here: a no-op
   const float scale = static_cast<float>(coef);
   for (const Tensor& g : grads) {
     Tensor x = g;
     CCTUNE_RETURN_IF_ERROR(ops::Scale(x, x, scale));  // x * scale, one rounding as before
   }
-  return norm;
+  return absl::OkStatus();
 }
 
 }  // namespace cctune

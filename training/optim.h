@@ -172,6 +172,8 @@ absl::StatusOr<double> GradNorm(absl::Span<const Tensor> grads);
 // min(1, max_norm / (norm + 1e-6)) and returns the norm before clipping. A non-finite norm
 // leaves the gradients unchanged (the caller decides what to do: it is returned as is).
 absl::StatusOr<double> ClipGradNorm(absl::Span<const Tensor> grads, double max_norm);
+// The same scaling for a norm computed elsewhere (data parallel: over every rank's shard).
+absl::Status ClipGradsToNorm(absl::Span<const Tensor> grads, double norm, double max_norm);
 
 }  // namespace cctune
 

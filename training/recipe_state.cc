@@ -1,5 +1,6 @@
 #include "training/recipe_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -102,6 +103,7 @@ DataLoaderPositionProto DataLoaderPositionToProto(const DataLoader& loader) {
   p.set_dataset_size(loader.dataset().size());
   p.set_batch_size(loader.options().batch_size);
   p.set_drop_last(loader.options().drop_last);
+  p.set_num_replicas(loader.options().num_replicas);
   return p;
 }
 
@@ -121,8 +123,14 @@ absl::Status RestoreDataLoaderPosition(const DataLoaderPositionProto& saved,
   if (saved.dataset_size() != now.dataset_size()) {
     return mismatch("dataset_size", saved.dataset_size(), now.dataset_size());
   }
-  if (saved.batch_size() != now.batch_size()) {
+  const int64_t saved_ranks = std::max<int64_t>(saved.num_replicas(), 1);
+  if (saved_ranks == now.num_replicas() && saved.batch_size() != now.batch_size()) {
     return mismatch("batch_size", saved.batch_size(), now.batch_size());
+  }
+  if (saved.batch_size() * saved_ranks != now.batch_size() * now.num_replicas()) {
+    return mismatch("batch_size x num_replicas (the global batch)",
+                    absl::StrCat(saved.batch_size(), " x ", saved_ranks),
+                    absl::StrCat(now.batch_size(), " x ", now.num_replicas()));
   }
   if (saved.drop_last() != now.drop_last()) {
     return mismatch("drop_last", saved.drop_last(), now.drop_last());

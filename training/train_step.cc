@@ -52,11 +52,22 @@ absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena&
 absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
                                           absl::Span<const MicroBatch> micro_batches,
                                           double max_grad_norm,
-                                          const GradientHook& after_backward) {
+                                          const GradientHook& after_backward,
+                                          const DataParallelHooks* data_parallel) {
   TrainStepResult result;
   for (const MicroBatch& mb : micro_batches) {
     CCTUNE_ASSIGN_OR_RETURN(int64_t n, CountValidLabels(mb.labels));
     result.num_tokens += n;
+  }
+  const DataParallelHooks* dp = data_parallel;
+  if (dp != nullptr) {
+    if (optimizer.UpdatesInBackward()) {
+      return absl::UnimplementedError(
+          "TrainStep: optimizer_in_bwd is not supported by the data-parallel recipes");
+    }
+    CCTUNE_ASSIGN_OR_RETURN(const double total,
+                            dp->sum_over_ranks(static_cast<double>(result.num_tokens)));
+    result.num_tokens = static_cast<int64_t>(total);
   }
   if (result.num_tokens == 0) {
     return absl::InvalidArgumentError(absl::StrCat("TrainStep: the ", micro_batches.size(),
@@ -94,6 +105,9 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
     result.backward_seconds += l.rest_seconds;
   }
   const auto t_opt = std::chrono::steady_clock::now();
+  if (dp != nullptr) {
+    CCTUNE_ASSIGN_OR_RETURN(loss_sum, dp->sum_over_ranks(loss_sum));
+  }
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
   if (const auto* in_bwd = dynamic_cast<const OptimizerInBackward*>(&optimizer)) {
     result.grad_norm = in_bwd->grad_norm();
@@ -108,7 +122,18 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
   }
   const std::vector<Tensor> grads = optimizer.Grads();
   if (after_backward) CCTUNE_RETURN_IF_ERROR(after_backward(grads));
-  if (max_grad_norm > 0) {
+  if (dp != nullptr) {
+    if (dp->reduce_gradients) CCTUNE_RETURN_IF_ERROR(dp->reduce_gradients(grads));
+    CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, GradNorm(grads));
+    if (dp->sharded_gradients) {
+      CCTUNE_ASSIGN_OR_RETURN(const double sq,
+                              dp->sum_over_ranks(result.grad_norm * result.grad_norm));
+      result.grad_norm = std::sqrt(sq);
+    }
+    if (max_grad_norm > 0) {
+      CCTUNE_RETURN_IF_ERROR(ClipGradsToNorm(grads, result.grad_norm, max_grad_norm));
+    }
+  } else if (max_grad_norm > 0) {
     CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, ClipGradNorm(grads, max_grad_norm));
   } else {
     CCTUNE_ASSIGN_OR_RETURN(result.grad_norm, GradNorm(grads));
@@ -120,6 +145,7 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
                      "; no update was made"));
   }
   CCTUNE_RETURN_IF_ERROR(optimizer.Step());
+  if (dp != nullptr && dp->after_update) CCTUNE_RETURN_IF_ERROR(dp->after_update());
   result.optimizer_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
   return result;

@@ -55,15 +55,36 @@ absl::StatusOr<std::vector<ParamBuffer>> ArenaParamBuffers(const ParameterArena&
 // the norm, clipping and update: e.g. a reduce-scatter across ranks. An error ends the step.
 using GradientHook = std::function<absl::Status(const std::vector<Tensor>& grads)>;
 
+// What a data-parallel step adds (recipes/*_distributed.cc): every rank runs TrainStep on its
+// own micro-batches, and the step is that of the union of the ranks' batches.
+struct DataParallelHooks {
+  // The sum over every rank of this rank's value, the same on every rank: the step's valid
+  // labels (the gradients are normalised by the global count, so the summed gradients are
+  // the global batch's mean-loss gradient), the loss sums and, with sharded_gradients, the
+  // gradients' squared norms. Required.
+  std::function<absl::StatusOr<double>(double)> sum_over_ranks;
+  // Sums the ranks' gradients (all-reduce, or reduce-scatter into this rank's shard, which
+  // the optimizer's Grads() then are), after the backward and `after_backward`.
+  GradientHook reduce_gradients;
+  // The optimizer's Grads() are this rank's shard of the gradients: the norm that is reported
+  // and clipped to is over every rank's shard.
+  bool sharded_gradients = false;
+  // After the optimizer's update, e.g. gathers the updated parameter shards (null: none).
+  std::function<absl::Status()> after_update;
+};
+
 // Zeroes the optimizer's gradients, runs trainer.ForwardBackward on every micro-batch, runs
 // `after_backward` (when set), clips the gradients to max_grad_norm (no clipping when <= 0;
 // the norm is still reported) and steps the optimizer, whose gradient buffers must be the
 // trainer's gradient arena. InvalidArgument when the step has no valid label;
 // FailedPrecondition, with no update made, when the loss or the gradient norm is not finite.
+// With `data_parallel`: as described there; the result's loss, num_tokens and grad_norm are
+// the global ones (the same on every rank); not with optimizer_in_bwd.
 absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& optimizer,
                                           absl::Span<const MicroBatch> micro_batches,
                                           double max_grad_norm,
-                                          const GradientHook& after_backward = nullptr);
+                                          const GradientHook& after_backward = nullptr,
+                                          const DataParallelHooks* data_parallel = nullptr);
 
 }  // namespace cctune
 
