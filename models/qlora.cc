@@ -76,6 +76,12 @@ absl::StatusOr<std::vector<std::string>> QuantizeNf4Weights(
     CCTUNE_ASSIGN_OR_RETURN(Tensor qf, params.Get(layer + kScaleNames[1]));
     CCTUNE_ASSIGN_OR_RETURN(Tensor mean, params.Get(layer + kScaleNames[2]));
     CCTUNE_RETURN_IF_ERROR(QuantizeNf4Tensors(w, codes, qs, qf, mean, name));
+    // A view of a mapped checkpoint: its pages go back to the kernel once quantized, so the
+    // load holds the NF4 model plus one full-precision tensor (a no-op for other storage).
+    if (w.storage() != nullptr) {
+      w.storage()->ReleasePages(static_cast<size_t>(w.offset()) * DTypeSize(w.dtype()),
+                                w.nbytes());
+    }
     consumed.push_back(name);
   }
   return consumed;

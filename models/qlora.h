@@ -30,7 +30,8 @@ bool IsNf4Parameter(const std::string& name, const std::vector<std::string>& nf4
 // Quantizes each NF4 layer's full-precision <layer>.weight from `full` into `params` (the
 // arena of a model with NF4 layers), one tensor at a time (a view of a mapped checkpoint is
 // read in place: no full-precision copy of the model is made). Returns the names of `full`
-// it consumed; the caller loads the rest. Errors name the tensor (missing, wrong shape or
+// it consumed; the caller loads the rest. A mapped checkpoint's pages are released once each
+// tensor is quantized (Storage::ReleasePages), so at most one tensor's stay resident. Errors name the tensor (missing, wrong shape or
 // dtype, a size NF4 cannot hold, non-finite values).
 absl::StatusOr<std::vector<std::string>> QuantizeNf4Weights(const StateDict& full,
                                                             const std::vector<std::string>& nf4_layers,

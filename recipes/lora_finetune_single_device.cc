@@ -258,17 +258,18 @@ class LoRAStrategy final : public FinetuneStrategy {
   absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
                            const HfModelConfig& config) const override {
     StateDict state_dict = params.ExportStateDict();
-    if (!nf4_layers_.empty()) {
-      // QLoRA: the merged weights are the dequantized NF4 base (+ the adapters) in bf16, as
-      // torchtune saves them; the base itself is never written in NF4.
-      CCTUNE_ASSIGN_OR_RETURN(state_dict,
-                              DequantizedStateDict(state_dict, nf4_layers_, DType::kBF16));
-    }
     CCTUNE_RETURN_IF_ERROR(SavePeftAdapter(dir, state_dict, adapter_config_, config));
     if (adapter_only_) {
       // config.json still: the model's shape, and what marks a checkpoint complete.
       CCTUNE_ASSIGN_OR_RETURN(const std::string json, config.ToJson());
       return WriteFileAtomically(absl::StrCat(dir, "/config.json"), json);
+    }
+    if (!nf4_layers_.empty()) {
+      // QLoRA: the merged weights are the dequantized NF4 base (+ the adapters) in bf16, as
+      // torchtune saves them; the base itself is never written in NF4. This is the one time
+      // the whole base exists in bf16 (as in torchtune's state-dict hook).
+      CCTUNE_ASSIGN_OR_RETURN(state_dict,
+                              DequantizedStateDict(state_dict, nf4_layers_, DType::kBF16));
     }
     CCTUNE_ASSIGN_OR_RETURN(
         StateDict merged,
