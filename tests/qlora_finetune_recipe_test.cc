@@ -62,15 +62,6 @@ device: cpu
 )");
 }
 
-std::vector<double> ToDoubles(const Tensor& t) {
-  absl::StatusOr<Tensor> f = t.To(DType::kF32);
-  CCTUNE_CHECK_OK(f.status());
-  absl::StatusOr<Tensor> c = f->Contiguous();
-  CCTUNE_CHECK_OK(c.status());
-  const float* p = c->data<float>();
-  return std::vector<double>(p, p + c->numel());
-}
-
 class QLoRAFinetuneRecipeTest : public ::testing::Test {
  protected:
   QLoRAFinetuneRecipeTest() : runs_(TestTempDir("qlora_finetune_recipe")) {}
