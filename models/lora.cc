@@ -55,9 +55,10 @@ ProjectionFactory LoRAProjections(const LoRAOptions& lora) {
                        (name == "output" && lora.apply_lora_to_output) ||
                        std::find(lora.lora_attn_modules.begin(), lora.lora_attn_modules.end(),
                                  name) != lora.lora_attn_modules.end();
-    // torchtune: the base of every adapted projection and of every attention and MLP one is
-    // NF4 with quantize_base; an output without an adapter stays an nn.Linear.
-    const bool nf4 = lora.quantize_base && (adapt || name != "output");
+    // torchtune: with quantize_base every attention and MLP base is NF4 (LoRALinear or
+    // FrozenNF4Linear); the output never is ("quantize_base is not applied to final
+    // output_proj currently"), with or without its adapter.
+    const bool nf4 = lora.quantize_base && name != "output";
     if (nf4) {
       CCTUNE_RETURN_IF_ERROR(CheckNf4Shape(in_dim, out_dim, absl::StrCat(name, ".weight")));
     }

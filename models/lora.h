@@ -42,8 +42,8 @@ struct LoRAOptions {
   double lora_dropout = 0.0;
   // QLoRA (torchtune's quantize_base, the qlora_ builders): every attention and MLP base
   // projection is NF4 (LoRALinear(quantize_base) where adapted, FrozenNF4Linear elsewhere,
-  // modules/nf4_linear.h), and the output too when apply_lora_to_output; the other
-  // projections, embeddings and norms stay in the run's dtype.
+  // modules/nf4_linear.h); the output (adapted or not, as in torchtune), embeddings and norms
+  // stay in the run's dtype.
   bool quantize_base = false;
 };
 

@@ -88,7 +88,7 @@ TEST(QLoRABuildersTest, Llama3_2_1BParameterBytesAgainstLoRA) {
 
 DecoderConfig SmallConfig() {
   DecoderConfig c;
-  c.vocab_size = 320;  // an NF4 output: 320 · 256 = 5 groups
+  c.vocab_size = 300;  // the output is never NF4: any size
   c.num_layers = 2;
   c.num_heads = 4;
   c.num_kv_heads = 2;
@@ -118,8 +118,8 @@ TEST(QLoRAModelTest, LogitsMatchLoRAOverTheDequantizedWeights) {
   opts.quantize_base = false;
   auto l = ValueOrDie(BuildLoRADecoder(SmallConfig(), opts));
   const std::vector<std::string> layers = Nf4Layers(*q);
-  // Every attention and MLP projection, and the output (it has an adapter).
-  ASSERT_EQ(layers.size(), 2u * 7 + 1);
+  // Every attention and MLP projection; not the output, though it has an adapter (torchtune).
+  ASSERT_EQ(layers.size(), 2u * 7);
   auto qa = ValueOrDie(ParameterArena::Create(*q, DType::kBF16, Device::Cpu()));
   // The LoRA model in f32, so that only the order of the sums differs.
   auto la = ValueOrDie(ParameterArena::Create(*l, DType::kF32, Device::Cpu()));

@@ -142,10 +142,23 @@ class LoRAStrategy final : public FinetuneStrategy {
     schema.Default("save_adapter_weights_only", KeyType::Bool(), ConfigNode::Bool(false),
                    "checkpoints hold only the adapter (+ adapter_config.json, config.json and "
                    "the recipe state), no merged weights");
+    schema.Default("low_cpu_ram", KeyType::Bool(), ConfigNode::Bool(false),
+                   "torchtune's QLoRA save through a memory-mapped file (only false: the merged "
+                   "bf16 weights are built in memory; the NF4 load never holds a "
+                   "full-precision copy)");
   }
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
     const ConfigNode* m = root.Find("model");
     if (m == nullptr || !m->IsMap()) return;
+    if (const ConfigNode* low = root.Find("low_cpu_ram");
+        low != nullptr && low->kind() == ConfigNode::Kind::kBool && low->bool_value()) {
+      ConfigError e;
+      e.location = low->location();
+      e.key = "low_cpu_ram";
+      e.message = "low_cpu_ram: true (torchtune's save of QLoRA's merged weights through a "
+                  "memory-mapped file) is not implemented; set it to false";
+      errors->push_back(std::move(e));
+    }
     if (IsQLoRAModelNode(*m)) {
       const ConfigNode* ck = root.Find("checkpointer");
       if (ck == nullptr || ck->IsNull()) {

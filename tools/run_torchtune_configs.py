@@ -35,7 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(ROOT, "tests", "assets", "tokenizers")
 
-# The 12 single-device configs of our families and recipes (docs/coming_from_torchtune.md).
+# The 16 single-device configs of our families and recipes (docs/coming_from_torchtune.md).
 CONFIGS = [  # (config, family, LoRA recipe)
     ("llama3_2/1B_full_single_device", "llama3_2", False),
     ("llama3_2/3B_full_single_device", "llama3_2", False),
@@ -49,6 +49,10 @@ CONFIGS = [  # (config, family, LoRA recipe)
     ("llama2/7B_full_low_memory", "llama2", False),
     ("mistral/7B_lora_single_device", "mistral", True),
     ("qwen2_5/0.5B_full_single_device", "qwen2_5", False),
+    ("llama3_1/8B_qlora_single_device", "llama3_1", True),
+    ("llama2/7B_qlora_single_device", "llama2", True),
+    ("llama2/13B_qlora_single_device", "llama2", True),
+    ("mistral/7B_qlora_single_device", "mistral", True),
 ]
 
 # family -> (model component prefix, component builder, model_type)
