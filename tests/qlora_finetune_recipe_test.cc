@@ -183,6 +183,10 @@ TEST_F(QLoRAFinetuneRecipeTest, BadConfigsFailClearly) {
                 {"model.embed_dim=32", "model.intermediate_dim=64"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("q_proj.weight [32, 32] has 1024 elements"));
+  // torchtune's memory-mapped save is not implemented: refused, not ignored.
+  r = runs_.Run(kRecipe, "low_ram", QLoRAYaml("low_ram", Base()), {"low_cpu_ram=true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("low_cpu_ram: true"));
 }
 
 }  // namespace
