@@ -22,6 +22,33 @@ int64_t PanelSize(int64_t total, int64_t cap, int64_t parts, int64_t align) {
   return std::max<int64_t>(p, 1);
 }
 
+// sum_c a[c] · b[c] in 16 lanes (vectorised at -O3), then the lanes and the tail.
+float Dot(const float* a, const float* b, int64_t k) {
+  float acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] += a[c + l] * b[c + l];
+  }
+  float s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  for (; c < k; ++c) s += a[c] * b[c];
+  return s;
+}
+
+// Few rows of x (decode, small batches): a GEMV bound by the weight's bytes. Each weight row
+// is dequantized into an L1-resident buffer and dotted with every row of x at once.
+void SmallForward(int64_t m, int64_t n, int64_t k, const float* x, const Nf4View& w, float* y) {
+#pragma omp parallel if (n * k >= (int64_t{1} << 16))
+  {
+    std::vector<float> row(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      DequantizeNf4Range(w, j * k, (j + 1) * k, row.data());
+      for (int64_t i = 0; i < m; ++i) y[i * n + j] = Dot(x + i * k, row.data(), k);
+    }
+  }
+}
+
 }  // namespace
 
 void Nf4LinearForward(int64_t m, int64_t n, int64_t k, const float* x, const Nf4View& w,
@@ -31,6 +58,7 @@ void Nf4LinearForward(int64_t m, int64_t n, int64_t k, const float* x, const Nf4
     std::fill(y, y + m * n, 0.0f);
     return;
   }
+  if (m <= kNf4SmallRows) return SmallForward(m, n, k, x, w, y);
   const int threads = omp_get_max_threads();
   const int64_t rows = PanelSize(n, kNf4PanelFloats / k, threads, 16);
   const int64_t panels = CeilDiv(n, rows);

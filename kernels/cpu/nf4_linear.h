@@ -1,6 +1,6 @@
 // The NF4 linear (QLoRA's frozen base): y = x · Wᵀ and dx += dy · W with W [n, k] held in NF4
 // (kernels/cpu/nf4.h) and never dequantized whole. Each thread dequantizes a panel of W into
-// its own f32 scratch (about kNf4PanelFloats floats, 2 MiB) with DequantizeNf4Range (the
+// its own f32 scratch (about kNf4PanelFloats floats, 2 MiB; one row for few rows of x) with DequantizeNf4Range (the
 // AVX-512 / AVX2 / scalar table lookup the CPU allows) and multiplies it by the GEMM library
 // (kernels/cpu/gemm/gemm.h) on that thread:
 //   forward   panels of rows of W (columns of y), y[:, r0:r1] = x · W[r0:r1, :]ᵀ;
@@ -19,6 +19,9 @@ namespace cctune {
 namespace cpu {
 
 inline constexpr int64_t kNf4PanelFloats = 1 << 19;
+// Forward with at most kNf4SmallRows rows (decode): one weight row at a time, dequantized into
+// an L1-resident buffer and dotted with each row of x.
+inline constexpr int64_t kNf4SmallRows = 8;
 
 // y[m, n] (row stride n) = x[m, k] (row stride k) · dequant(w)ᵀ, w.numel == n · k.
 void Nf4LinearForward(int64_t m, int64_t n, int64_t k, const float* x, const Nf4View& w,

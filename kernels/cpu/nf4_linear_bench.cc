@@ -3,8 +3,9 @@
 // (m = 512) rows; and the dequantization alone at each ISA path. GFLOP/s and weight GB/s
 // (bytes of the weight as stored: 0.52 byte per element for NF4, 2 for bf16). Measured on the
 // loaded 2-core Xeon (OMP_NUM_THREADS=2, ratios from one run): training rows (m = 512) NF4
-// forward 1.17x the bf16 GEMM's time, dx 0.87x the bf16 forward's; decode (m = 1) 3.8x, the panel round trip
-// through L2 dominating (no fused NF4 GEMV yet); dequantization AVX2 / AVX-512 about 2x scalar.
+// forward 1.17x the bf16 GEMM's time, dx 0.87x the bf16 forward's; decode (m = 1, the
+// row-at-a-time path) about 3.3x the bf16 GEMV's (the table lookup and the f32 row written and
+// read back, against bf16 widened in registers); dequantization AVX2 / AVX-512 about 2x scalar.
 //   bazel run -c opt //kernels/cpu:nf4_linear_bench
 #include <vector>
 
