@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "modules/linear.h"
 #include "modules/lora_linear.h"
+#include "modules/nf4_linear.h"
 #include "modules/transformer_self_attention_layer.h"
 
 namespace cctune {
@@ -54,9 +55,19 @@ ProjectionFactory LoRAProjections(const LoRAOptions& lora) {
                        (name == "output" && lora.apply_lora_to_output) ||
                        std::find(lora.lora_attn_modules.begin(), lora.lora_attn_modules.end(),
                                  name) != lora.lora_attn_modules.end();
-    if (!adapt) return std::make_unique<Linear>(in_dim, out_dim, bias);
+    // torchtune: with quantize_base every attention and MLP base is NF4 (LoRALinear or
+    // FrozenNF4Linear); the output never is ("quantize_base is not applied to final
+    // output_proj currently"), with or without its adapter.
+    const bool nf4 = lora.quantize_base && name != "output";
+    if (nf4) {
+      CCTUNE_RETURN_IF_ERROR(CheckNf4Shape(in_dim, out_dim, absl::StrCat(name, ".weight")));
+    }
+    if (!adapt) {
+      if (nf4) return std::make_unique<FrozenNF4Linear>(in_dim, out_dim, bias);
+      return std::make_unique<Linear>(in_dim, out_dim, bias);
+    }
     return std::make_unique<LoRALinear>(in_dim, out_dim, lora.lora_rank, lora.lora_alpha,
-                                        lora.lora_dropout, bias);
+                                        lora.lora_dropout, bias, nf4);
   };
 }
 

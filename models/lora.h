@@ -40,11 +40,18 @@ struct LoRAOptions {
   int64_t lora_rank = 8;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
+  // QLoRA (torchtune's quantize_base, the qlora_ builders): every attention and MLP base
+  // projection is NF4 (LoRALinear(quantize_base) where adapted, FrozenNF4Linear elsewhere,
+  // modules/nf4_linear.h); the output (adapted or not, as in torchtune), embeddings and norms
+  // stay in the run's dtype.
+  bool quantize_base = false;
 };
 
 // Projections for BuildDecoder: LoRALinear for those `lora` selects (q_proj, k_proj,
 // v_proj, output_proj by lora_attn_modules; w1, w2, w3 by apply_lora_to_mlp; output by
-// apply_lora_to_output), Linear for the rest. Check the options with CheckLoRAOptions first.
+// apply_lora_to_output), Linear for the rest; with quantize_base NF4 bases as above (an
+// InvalidArgument naming the projection when its size does not suit NF4). Check the options
+// with CheckLoRAOptions first.
 ProjectionFactory LoRAProjections(const LoRAOptions& lora);
 
 // InvalidArgument for an unknown attention module name, rank <= 0, a non-finite alpha,

@@ -217,7 +217,7 @@ absl::Status CheckAttnModules(const ConfigNode& v) {
   return absl::OkStatus();
 }
 
-void AddLoRAArgs(Schema& schema, bool attn_modules_required) {
+void AddLoRAArgs(Schema& schema, bool attn_modules_required, bool quantize_base_default) {
   const char* modules_doc = "which of q_proj, k_proj, v_proj, output_proj get adapters";
   if (attn_modules_required) {
     schema.Required("lora_attn_modules", KeyType::Any(), modules_doc);
@@ -238,8 +238,8 @@ void AddLoRAArgs(Schema& schema, bool attn_modules_required) {
       .Default("lora_dropout", KeyType::Float().InRange(0, 1), ConfigNode::Float(0.0),
                "dropout on each adapter's input in training")
       .Default("use_dora", KeyType::Bool(), ConfigNode::Bool(false), "DoRA (only false)")
-      .Default("quantize_base", KeyType::Bool(), ConfigNode::Bool(false),
-               "QLoRA's quantised base weights (only false)");
+      .Default("quantize_base", KeyType::Bool(), ConfigNode::Bool(quantize_base_default),
+               "QLoRA: the frozen base projections in NF4 (torchao's to_nf4)");
 }
 
 }  // namespace
@@ -277,13 +277,10 @@ absl::StatusOr<LoRAOptions> ReadLoRAOptions(const ConfigNode& node) {
   CCTUNE_ASSIGN_OR_RETURN(o.lora_rank, node.GetAs<int64_t>("lora_rank"));
   CCTUNE_ASSIGN_OR_RETURN(o.lora_alpha, node.GetFloat("lora_alpha"));
   CCTUNE_ASSIGN_OR_RETURN(o.lora_dropout, node.GetFloat("lora_dropout"));
-  for (const char* key : {"use_dora", "quantize_base"}) {
-    CCTUNE_ASSIGN_OR_RETURN(bool on, node.GetBool(key));
-    if (on) {
-      return absl::UnimplementedError(
-          absl::StrCat(key, " = true: ", key == absl::string_view("use_dora") ? "DoRA" : "QLoRA",
-                       " is not implemented; set it to false"));
-    }
+  CCTUNE_ASSIGN_OR_RETURN(o.quantize_base, node.GetBool("quantize_base"));
+  CCTUNE_ASSIGN_OR_RETURN(const bool dora, node.GetBool("use_dora"));
+  if (dora) {
+    return absl::UnimplementedError("use_dora = true: DoRA is not implemented; set it to false");
   }
   return o;
 }
@@ -321,9 +318,9 @@ absl::Status RegisterModelBuilder(std::string name, Schema schema, DecoderConfig
 }
 
 absl::Status RegisterLoRAModelBuilder(std::string name, Schema schema, DecoderConfigFn make,
-                                      bool attn_modules_required) {
+                                      bool attn_modules_required, bool quantize_base_default) {
   schema.set_name(name);
-  AddLoRAArgs(schema, attn_modules_required);
+  AddLoRAArgs(schema, attn_modules_required, quantize_base_default);
   RememberConfigFn(name, make);
   return ModelComponentRegistry().Register(
       std::move(name), std::move(schema),
@@ -339,7 +336,7 @@ absl::Status RegisterModelFamily(const ModelFamily& family) {
   // One builder with its arguments: the component builder or a model builder.
   auto add = [&](const std::string& module, const std::string& builder, const std::string& doc,
                  const std::vector<std::string>& required, const std::vector<std::string>& optional,
-                 const DecoderConfig& base) -> absl::Status {
+                 const DecoderConfig& base, bool qlora) -> absl::Status {
     Schema schema(BuilderName(module, builder), doc);
     CCTUNE_RETURN_IF_ERROR(AddDecoderArgs(schema, required, /*required=*/true, base));
     CCTUNE_RETURN_IF_ERROR(AddDecoderArgs(schema, optional, /*required=*/false, base));
@@ -349,16 +346,23 @@ absl::Status RegisterModelFamily(const ModelFamily& family) {
       return ReadDecoderArgs(node, ckpt, keys, base);
     };
     CCTUNE_RETURN_IF_ERROR(RegisterModelBuilder(BuilderName(module, builder), schema, make));
+    if (qlora) {  // torchtune's partial(lora_<builder>, quantize_base=True)
+      CCTUNE_RETURN_IF_ERROR(RegisterLoRAModelBuilder(BuilderName(module, "qlora_" + builder),
+                                                      schema, make,
+                                                      family.lora_attn_modules_required,
+                                                      /*quantize_base_default=*/true));
+    }
     return RegisterLoRAModelBuilder(BuilderName(module, "lora_" + builder), schema, std::move(make),
                                     family.lora_attn_modules_required);
   };
   if (!family.component.empty()) {
     CCTUNE_RETURN_IF_ERROR(add(family.component, family.component,
                                absl::StrCat(family.doc, " (component builder)"),
-                               family.required_args, family.optional_args, family.defaults));
+                               family.required_args, family.optional_args, family.defaults,
+                               /*qlora=*/false));
   }
   for (const ModelPreset& m : family.models) {
-    CCTUNE_RETURN_IF_ERROR(add(family.name, m.name, m.doc, {}, m.args, m.config));
+    CCTUNE_RETURN_IF_ERROR(add(family.name, m.name, m.doc, {}, m.args, m.config, m.qlora));
   }
   return absl::OkStatus();
 }
@@ -447,7 +451,9 @@ const Schema& PresetSchema() {
                   KeyType::Object(Schema("published", "counts to test the builder against")
                                       .Required("parameters", KeyType::Int().AtLeast(1), "")
                                       .Required("tensors", KeyType::Int().AtLeast(1), "")),
-                  "what the publisher or torchtune counts");
+                  "what the publisher or torchtune counts")
+        .Default("qlora", KeyType::Bool(), ConfigNode::Bool(false),
+                 "torchtune has a qlora_ twin (lora_ with quantize_base=True)");
     return s;
   }();
   return *schema;
@@ -508,6 +514,7 @@ absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view yaml, const std::
       m.published_parameters = p->Child("parameters")->int_value();
       m.published_tensors = p->Child("tensors")->int_value();
     }
+    m.qlora = preset.Child("qlora")->bool_value();
     f.models.push_back(std::move(m));
   }
   return f;

@@ -54,10 +54,12 @@ using DecoderConfigFn = std::function<absl::StatusOr<DecoderConfig>(
 absl::Status RegisterModelBuilder(std::string name, Schema schema, DecoderConfigFn make);
 // Registers `name` with the LoRA arguments added to `schema` (lora_attn_modules, required when
 // `attn_modules_required` as in torchtune, else defaulting to [q_proj, v_proj];
-// apply_lora_to_mlp, apply_lora_to_output, lora_rank, lora_alpha, lora_dropout; use_dora and
-// quantize_base, Unimplemented when true): BuildLoRADecoder(make(...), options).
+// apply_lora_to_mlp, apply_lora_to_output, lora_rank, lora_alpha, lora_dropout; use_dora,
+// Unimplemented when true; quantize_base, QLoRA's NF4 base, defaulting to
+// `quantize_base_default`, true for the qlora_ builders): BuildLoRADecoder(make(...), options).
 absl::Status RegisterLoRAModelBuilder(std::string name, Schema schema, DecoderConfigFn make,
-                                      bool attn_modules_required = true);
+                                      bool attn_modules_required = true,
+                                      bool quantize_base_default = false);
 
 // The LoRA options of a lora_ builder's node. Errors name the key and value.
 absl::StatusOr<LoRAOptions> ReadLoRAOptions(const ConfigNode& node);
@@ -79,6 +81,8 @@ struct ModelPreset {
   // in the state dict. registry_test checks every built-in model against them.
   int64_t published_parameters = 0;
   int64_t published_tensors = 0;
+  // torchtune has a qlora_ twin of this builder (its lora_ one with quantize_base=True).
+  bool qlora = false;
 };
 
 // A family: torchtune's _component_builders.py and _model_builders.py in one description.
@@ -106,13 +110,14 @@ struct ModelFamily {
 //   fixed: {rope_pairing: half_split}   decoder settings no argument changes
 //   models:                       the model builders: the component builder's arguments
 //     llama3_2_1b: {doc: ..., call: {vocab_size: 128256, ...}, args: [tie_word_embeddings],
-//                   published: {parameters: 1235814400, tensors: 146}}
+//                   published: {parameters: 1235814400, tensors: 146}, qlora: true}
 // Every key and value is checked (unknown decoder arguments, types, ranges, a model builder
 // leaving out a required argument), each error with file:line.
 absl::StatusOr<ModelFamily> ParseModelFamily(absl::string_view yaml, const std::string& file);
 
 // Registers the family's component builder, its lora_ version, every model builder and its
-// lora_ version (AlreadyExists when a name is taken).
+// lora_ version, and the qlora_ version of those marked qlora (AlreadyExists when a name is
+// taken).
 absl::Status RegisterModelFamily(const ModelFamily& family);
 
 // The DecoderConfig registered builder `name` (either spelling) makes from builder keys `args`

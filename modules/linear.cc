@@ -21,28 +21,26 @@ absl::StatusOr<Tensor> Projection::operator()(const Tensor& x) const {
 }
 
 Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias)
-    : in_dim_(in_dim),
-      out_dim_(out_dim),
-      weight_(RegisterParameter("weight", {out_dim, in_dim},
-                                ParameterInit::Uniform(1.0 / std::sqrt(static_cast<double>(
-                                                                 std::max<int64_t>(in_dim, 1)))))) {
-  CCTUNE_CHECK(in_dim >= 0 && out_dim >= 0, "Linear(", in_dim, ", ", out_dim, ")");
-  if (bias) {
-    bias_ = &RegisterParameter(
-        "bias", {out_dim},
-        ParameterInit::Uniform(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(in_dim, 1)))));
-  }
+    : Linear(in_dim, out_dim, bias, {out_dim, in_dim}, std::nullopt) {}
+
+namespace {
+
+// nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) for a plain weight; zeros for a stored form.
+ParameterInit LinearInit(int64_t in_dim, const std::optional<DType>& stored) {
+  if (stored.has_value()) return ParameterInit::Zeros();
+  return ParameterInit::Uniform(1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(in_dim, 1))));
 }
 
-Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape, DType weight_dtype)
+}  // namespace
+
+Linear::Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape,
+               std::optional<DType> weight_dtype)
     : in_dim_(in_dim),
       out_dim_(out_dim),
-      weight_(RegisterParameter("weight", std::move(weight_shape), ParameterInit::Zeros(),
+      weight_(RegisterParameter("weight", std::move(weight_shape), LinearInit(in_dim, weight_dtype),
                                 weight_dtype)) {
   CCTUNE_CHECK(in_dim >= 0 && out_dim >= 0, "Linear(", in_dim, ", ", out_dim, ")");
-  if (bias) {
-    bias_ = &RegisterParameter("bias", {out_dim}, ParameterInit::Zeros());
-  }
+  if (bias) bias_ = &RegisterParameter("bias", {out_dim}, LinearInit(in_dim, weight_dtype));
 }
 
 absl::Status Linear::Forward(Tensor& out, const Tensor& x, ActivationStore* /*store*/,

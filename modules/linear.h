@@ -5,6 +5,7 @@
 #define CCTUNE_MODULES_LINEAR_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,9 +55,12 @@ class Linear : public Projection {
                         int64_t row0) const override;
 
  protected:
-  // For subclasses that store the weight in another form (modules/quantized_linear.h):
-  // "weight" is declared with `weight_shape` and `weight_dtype` instead of [out_dim, in_dim].
-  Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape, DType weight_dtype);
+  // For subclasses that store the weight in another form (modules/quantized_linear.h,
+  // modules/nf4_linear.h): "weight" is declared with `weight_shape` and `weight_dtype` (then
+  // zero-initialised, as is the bias) instead of [out_dim, in_dim]. With no dtype this is the
+  // public constructor.
+  Linear(int64_t in_dim, int64_t out_dim, bool bias, Shape weight_shape,
+         std::optional<DType> weight_dtype);
 
  private:
   int64_t in_dim_;

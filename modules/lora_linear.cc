@@ -11,11 +11,14 @@
 namespace cctune {
 
 LoRALinear::LoRALinear(int64_t in_dim, int64_t out_dim, int64_t rank, double alpha,
-                       double dropout, bool use_bias)
-    : Linear(in_dim, out_dim, use_bias),
+                       double dropout, bool use_bias, bool quantize_base)
+    : Linear(in_dim, out_dim, use_bias,
+             quantize_base ? Nf4CodesShape(in_dim, out_dim) : Shape{out_dim, in_dim},
+             quantize_base ? std::optional<DType>(DType::kI32) : std::nullopt),
       rank_(rank),
       alpha_(alpha),
       dropout_(dropout),
+      nf4_(quantize_base ? std::make_unique<Nf4Weight>(in_dim, out_dim) : nullptr),
       lora_a_(in_dim, rank, false),
       lora_b_(rank, out_dim, false) {
   CCTUNE_CHECK(rank > 0, "LoRALinear: rank ", rank, " must be positive");
@@ -24,6 +27,7 @@ LoRALinear::LoRALinear(int64_t in_dim, int64_t out_dim, int64_t rank, double alp
   // U(-1/sqrt(in), 1/sqrt(in)), which is kaiming_uniform_(a=sqrt(5)).
   lora_b_.ForEachParameter(
       [](const std::string&, Parameter& p) { p.init = ParameterInit::Zeros(); });
+  RegisterModule("nf4", nf4_.get());  // null (skipped) without quantize_base
   RegisterModule("lora_a", &lora_a_);
   RegisterModule("lora_b", &lora_b_);
 }
@@ -50,7 +54,11 @@ std::optional<uint64_t> LoRALinear::DropoutOffset(const ActivationStore* store,
 
 absl::Status LoRALinear::Forward(Tensor& out, const Tensor& x, ActivationStore* store,
                                  int64_t row0) const {
-  CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x, store, row0));
+  if (nf4_ != nullptr) {
+    CCTUNE_RETURN_IF_ERROR(nf4_->Forward(out, x, weight(), bias()));
+  } else {
+    CCTUNE_RETURN_IF_ERROR(Linear::Forward(out, x, store, row0));
+  }
   if (merged_) return absl::OkStatus();
   const std::optional<uint64_t> drop = DropoutOffset(store, row0);
   if (!drop.has_value()) return AddAdapter(out, x, store);
@@ -78,7 +86,11 @@ absl::Status LoRALinear::AddAdapter(Tensor& out, const Tensor& x, ActivationStor
 
 absl::Status LoRALinear::Backward(Tensor* dx, const Tensor& dy, const Tensor& x,
                                   ActivationStore& store, int64_t row0) const {
-  CCTUNE_RETURN_IF_ERROR(Linear::Backward(dx, dy, x, store, row0));
+  if (nf4_ != nullptr) {
+    CCTUNE_RETURN_IF_ERROR(nf4_->Backward(dx, dy, weight(), bias(), store));
+  } else {
+    CCTUNE_RETURN_IF_ERROR(Linear::Backward(dx, dy, x, store, row0));
+  }
   if (merged_) return absl::OkStatus();
   // y += s · B (A x): with us = s · A x,  dB += dyᵀ us;  du = s · dy B;  dA += duᵀ x;
   // dx += du A. Every temporary is [rows, rank].
@@ -124,6 +136,10 @@ absl::Status LoRALinear::Backward(Tensor* dx, const Tensor& dy, const Tensor& x,
 
 absl::Status LoRALinear::Merge() {
   if (merged_) return absl::OkStatus();
+  if (nf4_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "LoRALinear::Merge: the base weight is NF4 (QLoRA); merge into the dequantized weights");
+  }
   const Tensor& w = weight();
   if (!w.defined() || w.device().is_meta()) {
     return absl::FailedPreconditionError("LoRALinear::Merge: parameters are not materialised");

@@ -5,6 +5,7 @@
 // [out, rank] (zeros), so a fresh adapter leaves the output unchanged. It IS a Linear, so it fits
 // every place that takes one (q/k/v/output_proj, w1/w2/w3, the decoder's output); only the
 // adapter is meant to be trained (training/decoder_trainer.h, LoRATrainableLayout).
+// With quantize_base the base is NF4 (QLoRA; modules/nf4_linear.h).
 // Dropout on the adapter's input (torchtune: lora_b(lora_a(dropout(x))) * scale, while the base
 // path reads x itself) applies when Forward gets a store that names this adapter's mask for
 // the step (ActivationStore::SetDropout); evaluation passes no store and drops nothing.
@@ -12,6 +13,7 @@
 #define CCTUNE_MODULES_LORA_LINEAR_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -19,13 +21,18 @@
 #include "core/tensor.h"
 #include "modules/linear.h"
 #include "modules/module.h"
+#include "modules/nf4_linear.h"
 
 namespace cctune {
 
 class LoRALinear : public Linear {
  public:
+  // quantize_base (QLoRA, torchtune's LoRALinear(quantize_base=True)): the frozen base weight
+  // is held in NF4 (modules/nf4_linear.h: "weight" i32 codes and the child "nf4"), dequantized
+  // on the fly in Forward and Backward; the adapter stays in the run's dtype. The caller
+  // checks the shape first (CheckNf4Shape).
   LoRALinear(int64_t in_dim, int64_t out_dim, int64_t rank, double alpha, double dropout = 0.0,
-             bool use_bias = false);
+             bool use_bias = false, bool quantize_base = false);
 
   int64_t rank() const { return rank_; }
   double alpha() const { return alpha_; }
@@ -33,6 +40,8 @@ class LoRALinear : public Linear {
   double scale() const { return alpha_ / static_cast<double>(rank_); }
   const Linear& lora_a() const { return lora_a_; }  // weight [rank, in]
   const Linear& lora_b() const { return lora_b_; }  // weight [out, rank]
+  // The NF4 base (quantize_base), or null.
+  const Nf4Weight* nf4() const { return nf4_.get(); }
   // After Merge() the adapter is folded into the base weight and no longer applied.
   bool merged() const { return merged_; }
 
@@ -52,6 +61,8 @@ class LoRALinear : public Linear {
 
   // W += scale · B · A (computed in fp64, stored in W's dtype); afterwards Forward uses W alone,
   // so this module computes what a plain Linear holding the merged weight computes.
+  // FailedPrecondition for an NF4 base (merge the dequantized weights instead:
+  // models/qlora.h DequantizedStateDict).
   absl::Status Merge();
 
  private:
@@ -64,6 +75,7 @@ class LoRALinear : public Linear {
   double alpha_;
   double dropout_;
   bool merged_ = false;
+  std::unique_ptr<Nf4Weight> nf4_;
   Linear lora_a_;
   Linear lora_b_;
 };

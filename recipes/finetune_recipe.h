@@ -22,9 +22,10 @@
 // the merged weights and adapter_config.json). Everything else, including the order of the
 // generator's draws that bit-identical resume depends on, is the skeleton's. Full
 // (recipes/full_finetune_single_device.cc) and LoRA (recipes/lora_finetune_single_device.cc)
-// are the two strategies today. The hooks are where the next ones plug in without copying:
-//   - QLoRA: BuildModel (a quantized base), LoadCheckpointWeights (quantize while loading),
-//     the rest LoRA's (a StrategyDecorator around MakeLoRAFinetuneStrategy()).
+// are the two strategies today. QLoRA is LoRA's, as in torchtune (the same recipe with a
+// qlora_ builder): its LoadCheckpointWeights quantizes the model's NF4 layers while loading
+// and its SaveWeights merges into the dequantized base (models/qlora.h). The hooks are where
+// the next ones plug in without copying:
 //   - DoRA: LoRA with a magnitude vector among the trainable parameters (TrainableLayout,
 //     OptimizerBuffers) and in the adapter it saves (SaveWeights).
 //   - Distributed recipes (recipes/data_parallel_strategy.h): Group and DataParallel make
@@ -163,8 +164,6 @@ class FinetuneStrategy {
 
 // A strategy made from another: every hook goes to the inner strategy unless a subclass
 // overrides it, so a new recipe reuses a whole strategy and changes only what differs.
-//   QLoRA: StrategyDecorator(MakeLoRAFinetuneStrategy()) overriding BuildModel and
-//     LoadCheckpointWeights.
 //   A distributed full fine-tune: StrategyDecorator(MakeFullFinetuneStrategy()) overriding
 //     TrainableLayout, OptimizerBuffers, AfterBackward and SaveWeights.
 class StrategyDecorator : public FinetuneStrategy {

@@ -1,4 +1,4 @@
-// The fine-tune skeleton with strategies written here, as QLoRA, DoRA or a distributed recipe
+// The fine-tune skeleton with strategies written here, as DoRA or a distributed recipe
 // would plug in (decorating the full or the LoRA strategy): the skeleton calls the hooks in the
 // documented order, runs the after-backward hook on every step's gradients (before the norm),
 // hands the strategy every checkpoint to write and LATEST's to restore, adds its config checks
@@ -330,7 +330,7 @@ TEST_F(FinetuneRecipeTest, ValidationAddsTheStrategysChecks) {
               std::string::npos);
 }
 
-// LoRA, decorated as QLoRA would be (its own model step, everything else LoRA's): only the
+// LoRA, decorated with its own model step (everything else LoRA's): only the
 // adapters train, and the checkpoints hold the PEFT adapter beside the merged weights.
 class CountingLoRAStrategy final : public StrategyDecorator {
  public:

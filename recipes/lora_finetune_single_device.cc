@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/atomic_file.h"
@@ -15,6 +16,7 @@
 #include "core/status.h"
 #include "models/decoder_builder.h"
 #include "models/lora.h"
+#include "models/qlora.h"
 #include "models/registry.h"
 #include "recipes/finetune_recipe.h"
 
@@ -115,6 +117,16 @@ absl::StatusOr<StateDict> MergedStateDict(const StateDict& state_dict, double sc
   return merged;
 }
 
+// Whether a model node builds QLoRA: a qlora_ builder (unless quantize_base: false) or
+// quantize_base: true.
+bool IsQLoRAModelNode(const ConfigNode& model) {
+  const ConfigNode* q = model.Find("quantize_base");
+  if (q != nullptr && q->kind() == ConfigNode::Kind::kBool) return q->bool_value();
+  const ConfigNode* c = model.Find("_component_");
+  return c != nullptr && c->kind() == ConfigNode::Kind::kString &&
+         absl::StrContains(c->string_value(), ".qlora_");
+}
+
 // Only the adapters train (the base is frozen: no gradients, no optimizer state); a
 // checkpoint holds the PEFT adapter and the merged weights (W + alpha/rank * B.A).
 class LoRAStrategy final : public FinetuneStrategy {
@@ -130,10 +142,34 @@ class LoRAStrategy final : public FinetuneStrategy {
     schema.Default("save_adapter_weights_only", KeyType::Bool(), ConfigNode::Bool(false),
                    "checkpoints hold only the adapter (+ adapter_config.json, config.json and "
                    "the recipe state), no merged weights");
+    schema.Default("low_cpu_ram", KeyType::Bool(), ConfigNode::Bool(false),
+                   "torchtune's QLoRA save through a memory-mapped file (only false: the merged "
+                   "bf16 weights are built in memory; the NF4 load never holds a "
+                   "full-precision copy)");
   }
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override {
     const ConfigNode* m = root.Find("model");
     if (m == nullptr || !m->IsMap()) return;
+    if (const ConfigNode* low = root.Find("low_cpu_ram");
+        low != nullptr && low->kind() == ConfigNode::Kind::kBool && low->bool_value()) {
+      ConfigError e;
+      e.location = low->location();
+      e.key = "low_cpu_ram";
+      e.message = "low_cpu_ram: true (torchtune's save of QLoRA's merged weights through a "
+                  "memory-mapped file) is not implemented; set it to false";
+      errors->push_back(std::move(e));
+    }
+    if (IsQLoRAModelNode(*m)) {
+      const ConfigNode* ck = root.Find("checkpointer");
+      if (ck == nullptr || ck->IsNull()) {
+        ConfigError e;
+        e.location = m->location();
+        e.key = "checkpointer";
+        e.message = "QLoRA (a qlora_ builder or quantize_base: true) quantizes the "
+                    "checkpoint's base weights to NF4: set a checkpointer";
+        errors->push_back(std::move(e));
+      }
+    }
     if (absl::Status s = AdapterConfigFromModelNode(*m).status(); !s.ok()) {
       ConfigError e;
       e.location = m->location();
@@ -158,6 +194,12 @@ class LoRAStrategy final : public FinetuneStrategy {
                                                        const LoadedCheckpoint& ckpt, DType dtype,
                                                        const Device& device,
                                                        Generator& gen) override {
+    nf4_layers_ = Nf4Layers(model);
+    if (!nf4_layers_.empty() && !device.is_cpu()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "QLoRA: the NF4 base runs on the CPU only (device: ", device.ToString(),
+          "); set device: cpu, or use the lora_ builder"));
+    }
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena params, ParameterArena::Create(model, dtype, device));
     CCTUNE_ASSIGN_OR_RETURN(ParameterLayout adapter_layout, LoRATrainableLayout(model, dtype));
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena adapter_init,
@@ -167,11 +209,18 @@ class LoRAStrategy final : public FinetuneStrategy {
         params.LoadStateDict(adapter_init.ExportStateDict(), /*strict=*/false).status());
     StateDict base = ckpt.state_dict;
     if (params.layout().Find("output.weight") == nullptr) base.erase("output.weight");
+    // QLoRA: the NF4 layers' weights are quantized into the arena one tensor at a time (from
+    // the mapped checkpoint, no full-precision copy of the model), the rest loaded as is.
+    CCTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> quantized,
+                            QuantizeNf4Weights(base, nf4_layers_, params));
+    for (const std::string& name : quantized) base.erase(name);
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena::LoadReport report,
                             params.LoadStateDict(base, /*strict=*/false));
     std::vector<std::string> problems;
     for (const std::string& name : report.missing) {
-      if (!IsLoRAParameter(name)) problems.push_back(absl::StrCat("missing ", name));
+      if (!IsLoRAParameter(name) && !IsNf4Parameter(name, nf4_layers_)) {
+        problems.push_back(absl::StrCat("missing ", name));
+      }
     }
     for (const std::string& name : report.unexpected) {
       problems.push_back(absl::StrCat("unexpected ", name));
@@ -195,7 +244,16 @@ class LoRAStrategy final : public FinetuneStrategy {
   }
 
   std::string DescribeTrainable(const TransformerDecoder& model) const override {
-    return absl::StrCat(", ", NumLoRAParameters(model), " of them trainable (LoRA)");
+    std::string s = absl::StrCat(", ", NumLoRAParameters(model), " of them trainable (LoRA)");
+    if (!nf4_layers_.empty()) {
+      const ParameterBytes b = CountParameterBytes(model, DType::kBF16);
+      absl::StrAppend(&s, absl::StrFormat(
+                              "; QLoRA: %d base projections (%lld weights) in NF4, %.1f MiB "
+                              "(%.1f MiB in bf16)",
+                              nf4_layers_.size(), static_cast<long long>(b.nf4_elements),
+                              b.nf4 / 1048576.0, b.nf4_elements * 2 / 1048576.0));
+    }
+    return s;
   }
 
   absl::StatusOr<ParameterLayout> TrainableLayout(const TransformerDecoder& model,
@@ -212,12 +270,19 @@ class LoRAStrategy final : public FinetuneStrategy {
 
   absl::Status SaveWeights(const std::string& dir, const ParameterArena& params,
                            const HfModelConfig& config) const override {
-    const StateDict state_dict = params.ExportStateDict();
+    StateDict state_dict = params.ExportStateDict();
     CCTUNE_RETURN_IF_ERROR(SavePeftAdapter(dir, state_dict, adapter_config_, config));
     if (adapter_only_) {
       // config.json still: the model's shape, and what marks a checkpoint complete.
       CCTUNE_ASSIGN_OR_RETURN(const std::string json, config.ToJson());
       return WriteFileAtomically(absl::StrCat(dir, "/config.json"), json);
+    }
+    if (!nf4_layers_.empty()) {
+      // QLoRA: the merged weights are the dequantized NF4 base (+ the adapters) in bf16, as
+      // torchtune saves them; the base itself is never written in NF4. This is the one time
+      // the whole base exists in bf16 (as in torchtune's state-dict hook).
+      CCTUNE_ASSIGN_OR_RETURN(state_dict,
+                              DequantizedStateDict(state_dict, nf4_layers_, DType::kBF16));
     }
     CCTUNE_ASSIGN_OR_RETURN(
         StateDict merged,
@@ -245,6 +310,7 @@ class LoRAStrategy final : public FinetuneStrategy {
  private:
   PeftAdapterConfig adapter_config_;
   bool adapter_only_ = false;  // save_adapter_weights_only
+  std::vector<std::string> nf4_layers_;  // QLoRA's NF4 projections (models/qlora.h)
 };
 
 }  // namespace

@@ -9,7 +9,10 @@
 // (adapter_model.safetensors + adapter_config.json), the merged full weights in HF layout
 // (config.json + model.safetensors: W + alpha/rank * B.A) and recipe_state.safetensors;
 // <output_dir>/LATEST names the newest. resume_from_checkpoint: true reloads the base from the
-// checkpointer and the adapters from LATEST and continues bit-identically.
+// checkpointer and the adapters from LATEST and continues bit-identically. QLoRA (a qlora_
+// builder, or quantize_base: true): the attention and MLP bases are quantized to NF4 while
+// loading (models/qlora.h) and the merged weights are saved from the dequantized base, in
+// bf16.
 //
 //   bazel run //recipes:lora_finetune_single_device -- --config demo/lora_finetune
 #ifndef CCTUNE_RECIPES_LORA_FINETUNE_SINGLE_DEVICE_H_

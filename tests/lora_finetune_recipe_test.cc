@@ -96,15 +96,6 @@ optimizer:
 )", JsonlLoggerYaml(), "dtype: fp32\ndevice: cpu\n");
 }
 
-std::vector<double> ToDoubles(const Tensor& t) {
-  absl::StatusOr<Tensor> f = t.To(DType::kF32);
-  CCTUNE_CHECK_OK(f.status());
-  absl::StatusOr<Tensor> c = f->Contiguous();
-  CCTUNE_CHECK_OK(c.status());
-  const float* p = c->data<float>();
-  return std::vector<double>(p, p + c->numel());
-}
-
 class LoRAFinetuneRecipeTest : public ::testing::Test {
  protected:
   LoRAFinetuneRecipeTest() : runs_(TestTempDir("lora_finetune_recipe")) {}

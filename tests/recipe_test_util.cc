@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/status.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -213,6 +214,15 @@ std::vector<std::string> SafetensorsNames(const std::string& path) {
 }
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
+
+std::vector<double> ToDoubles(const Tensor& t) {
+  absl::StatusOr<Tensor> f = t.To(DType::kF32);
+  CCTUNE_CHECK_OK(f.status());
+  absl::StatusOr<Tensor> c = f->Contiguous();
+  CCTUNE_CHECK_OK(c.status());
+  const float* p = c->data<float>();
+  return std::vector<double>(p, p + c->numel());
+}
 
 }  // namespace testing
 }  // namespace cctune

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor.h"
 #include "tests/subprocess.h"
 
 namespace cctune {
@@ -109,6 +110,8 @@ int64_t LatestStep(const std::string& output_dir);
 // The tensor names in a safetensors file's header (empty when it cannot be read).
 std::vector<std::string> SafetensorsNames(const std::string& path);
 bool Exists(const std::string& path);
+// A tensor's values (any float dtype, any layout) as doubles, through f32.
+std::vector<double> ToDoubles(const Tensor& t);
 
 }  // namespace testing
 }  // namespace cctune

@@ -35,7 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(ROOT, "tests", "assets", "tokenizers")
 
-# The 12 single-device configs of our families and recipes (docs/coming_from_torchtune.md).
+# The 16 single-device configs of our families and recipes (docs/coming_from_torchtune.md).
 CONFIGS = [  # (config, family, LoRA recipe)
     ("llama3_2/1B_full_single_device", "llama3_2", False),
     ("llama3_2/3B_full_single_device", "llama3_2", False),
@@ -49,6 +49,10 @@ CONFIGS = [  # (config, family, LoRA recipe)
     ("llama2/7B_full_low_memory", "llama2", False),
     ("mistral/7B_lora_single_device", "mistral", True),
     ("qwen2_5/0.5B_full_single_device", "qwen2_5", False),
+    ("llama3_1/8B_qlora_single_device", "llama3_1", True),
+    ("llama2/7B_qlora_single_device", "llama2", True),
+    ("llama2/13B_qlora_single_device", "llama2", True),
+    ("mistral/7B_qlora_single_device", "mistral", True),
 ]
 
 # family -> (model component prefix, component builder, model_type)
@@ -124,12 +128,23 @@ def tokenizer_overrides(family, work):
 
 def size_overrides(family, builder_prefix, vocab):
     """The family's component builder with the config's builder prefix ("", "lora_" or
-    "qlora_": a qlora_ config stays QLoRA) and tiny sizes."""
+    "qlora_") and tiny sizes. torchtune has no qlora_ component builder: a qlora_ config
+    stays QLoRA as lora_<component> with quantize_base=True (what its qlora_ model builders
+    are), and gets sizes torchao's NF4 can hold (each projection a multiple of 64 * 256
+    elements: embed_dim 256, k/v 256 x 128)."""
     prefix, component, _ = FAMILIES[family]
-    name = builder_prefix + component
-    return [f"model._component_={prefix}.{name}", f"model.vocab_size={vocab}",
-            "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-            "model.embed_dim=32", "model.intermediate_dim=64", "model.max_seq_len=256"]
+    qlora = builder_prefix == "qlora_"
+    name = ("lora_" if qlora else builder_prefix) + component
+    dims = (["model.embed_dim=256", "model.intermediate_dim=512"] if qlora
+            else ["model.embed_dim=32", "model.intermediate_dim=64"])
+    return ([f"model._component_={prefix}.{name}", f"model.vocab_size={vocab}",
+             "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
+             "model.max_seq_len=256"] + dims + (["model.quantize_base=True"] if qlora else []))
+
+
+def standin_prefix(builder_prefix):
+    """The stand-in checkpoint's sizes: QLoRA's, or everyone else's."""
+    return "qlora_" if builder_prefix == "qlora_" else ""
 
 
 def run(argv, env):
@@ -166,11 +181,17 @@ def main():
             header = f.readline() + f.readline() + f.read(2000)
         recipe = ("lora_finetune_single_device" if "lora_finetune" in header
                   else "full_finetune_single_device")
-        if family not in standins:
+        lines = open(path).read().splitlines()
+        model_at = lines.index("model:")
+        builder = next(l.split(":", 1)[1].strip() for l in lines[model_at + 1:]
+                       if l.strip().startswith("_component_:"))
+        builder_prefix = next((p for p in ("qlora_", "lora_") if "." + p in builder), "")
+        key = (family, standin_prefix(builder_prefix))
+        if key not in standins:
             # The stand-in checkpoint: a one-step full fine-tune of the family's tiny model
             # with no checkpointer (random init), which saves model.safetensors + config.json.
-            out = os.path.join(fam_dir, "standin")
-            standin = os.path.join(fam_dir, "standin.yaml")
+            out = os.path.join(fam_dir, key[1] + "standin")
+            standin = os.path.join(fam_dir, key[1] + "standin.yaml")
             with open(standin, "w") as f:
                 f.write(f"output_dir: {out}\nmodel:\n  _component_: placeholder\n"
                         f"tokenizer:\n  _component_: {TOKENIZERS[family]}\n"
@@ -179,20 +200,19 @@ def main():
                         "max_steps_per_epoch: 1\noptimizer:\n  _component_: torch.optim.AdamW\n"
                         "  lr: 1e-4\ndtype: bf16\ndevice: cpu\n")
             rc, log = run([os.path.join(args.bin, "full_finetune_single_device"), "--config",
-                           standin] + tok + size_overrides(family, "", vocab), env)
+                           standin] + tok
+                          + [o for o in size_overrides(family, key[1], vocab)
+                             if "lora_" not in o and "quantize_base" not in o]
+                          + [f"model._component_={FAMILIES[family][0]}.{FAMILIES[family][1]}"],
+                          env)
             if rc != 0:
                 print(f"FAIL {config}: stand-in checkpoint: {log.strip().splitlines()[-1]}")
                 continue
-            standins[family] = os.path.join(out, "step_1")
+            standins[key] = os.path.join(out, "step_1")
         out = os.path.join(work, config.replace("/", "_"))
-        overrides = [f"output_dir={out}", f"checkpointer.checkpoint_dir={standins[family]}",
+        overrides = [f"output_dir={out}", f"checkpointer.checkpoint_dir={standins[key]}",
                      "checkpointer.checkpoint_files=[model.safetensors]", "device=cpu",
                      f"max_steps_per_epoch={args.steps}", "batch_size=2", "epochs=1"]
-        lines = open(path).read().splitlines()
-        model_at = lines.index("model:")
-        builder = next(l.split(":", 1)[1].strip() for l in lines[model_at + 1:]
-                       if l.strip().startswith("_component_:"))
-        builder_prefix = next((p for p in ("qlora_", "lora_") if "." + p in builder), "")
         rc, log = run([os.path.join(args.bin, recipe), "--config", path] + overrides + tok
                       + size_overrides(family, builder_prefix, vocab), env)
         last = log.strip().splitlines()[-1] if log.strip() else ""

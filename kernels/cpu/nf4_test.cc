@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa_test_util.h"
 
 namespace cctune {
 namespace cpu {
@@ -153,6 +154,70 @@ TEST(Nf4Test, RejectsBadSizesAndValues) {
   bad = QuantizeNf4(x.data(), kNf4BlockSize * kNf4ScalerBlockSize, "w");
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("non-finite value (nan) at element 5"));
 }
+
+TEST(Nf4Test, LevelsAreBitsandbytesFullPrecisionTable) {
+  // torchao's / bitsandbytes' table to the digits they print it with (not rounded to 4).
+  EXPECT_FLOAT_EQ(Nf4Levels()[1], -0.6961928009986877f);
+  EXPECT_FLOAT_EQ(Nf4Levels()[8], 0.07958029955625534f);
+  EXPECT_FLOAT_EQ(Nf4Levels()[14], 0.7229568362236023f);
+}
+
+TEST(Nf4Test, QuantizesBf16InputAsItsF32Values) {
+  const int64_t n = 2 * kNf4GroupSize;
+  std::vector<float> x = RandomWeights(n, 5);
+  std::vector<bf16> x16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x16[i] = FloatToBf16(x[i]);
+    x[i] = Bf16ToFloat(x16[i]);
+  }
+  const Nf4Quantized ref = ValueOrDie(QuantizeNf4(x.data(), n, "w"));
+  Nf4Quantized q;
+  q.numel = n;
+  q.codes.resize(n / 2);
+  q.quantized_scalers.resize(n / kNf4BlockSize);
+  q.quantization_factor.resize(n / kNf4GroupSize);
+  ASSERT_TRUE(QuantizeNf4Into(x16.data(), n, "w",
+                              {n, q.codes.data(), q.quantized_scalers.data(),
+                               q.quantization_factor.data(), &q.scaler_mean})
+                  .ok());
+  EXPECT_EQ(q.codes, ref.codes);
+  EXPECT_EQ(q.quantized_scalers, ref.quantized_scalers);
+  EXPECT_EQ(q.quantization_factor, ref.quantization_factor);
+  EXPECT_EQ(q.scaler_mean, ref.scaler_mean);
+  EXPECT_EQ(Nf4Bytes(n), n / 2 + n / 64 + 2 * 4 + 4);
+}
+
+class Nf4RangeLevelTest : public testing::IsaLevelTest {};
+
+// Every ISA path, on ranges that start and end inside blocks (the scalar edges) and span
+// whole ones (the SIMD body), against level · scale in fp64.
+TEST_P(Nf4RangeLevelTest, MatchesFp64AtEveryLevel) {
+  const int64_t n = 2 * kNf4GroupSize;
+  const std::vector<float> x = RandomWeights(n, 23);
+  const Nf4Quantized q = ValueOrDie(QuantizeNf4(x.data(), n, "w"));
+  const auto& levels = Nf4Levels();
+  // level · (q / factor + mean) in fp64, and the f32 rounding bound of its two steps
+  // (q / factor and the mean may cancel).
+  auto ref = [&](int64_t e, double* tol) {
+    const int code = e % 2 == 0 ? q.codes[e / 2] >> 4 : q.codes[e / 2] & 0xF;
+    const int64_t b = e / kNf4BlockSize;
+    const double qs = q.quantized_scalers[b] / double{q.quantization_factor[b / kNf4ScalerBlockSize]};
+    *tol = 4 * 6e-8 * std::fabs(levels[code]) * (std::fabs(qs) + std::fabs(q.scaler_mean));
+    return levels[code] * (qs + q.scaler_mean);
+  };
+  for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, n}, {3, 3 + 64 * 5 + 7}, {64, 128}, {1000, 1001}, {n - 130, n}, {77, 77}}) {
+    std::vector<float> out(end - begin + 1, -7.0f);
+    DequantizeNf4Range(q.view(), begin, end, out.data());
+    for (int64_t e = begin; e < end; ++e) {
+      double tol = 0;
+      const double r = ref(e, &tol);
+      ASSERT_NEAR(out[e - begin], r, tol) << e << " in [" << begin << ", " << end << ")";
+    }
+    EXPECT_EQ(out[end - begin], -7.0f) << "wrote past the range";
+  }
+}
+CCTUNE_INSTANTIATE_ISA_LEVELS(Nf4RangeLevelTest);
 
 }  // namespace
 }  // namespace cpu
