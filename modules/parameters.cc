@@ -182,7 +182,8 @@ absl::StatusOr<ParameterArena> ParameterArena::Create(Module& module, DType defa
 absl::StatusOr<ParameterArena> ParameterArena::CreateViewing(Module& module,
                                                              const StateDict& state_dict,
                                                              DType default_dtype,
-                                                             const Device& device) {
+                                                             const Device& device,
+                                                             bool view_mapped_files) {
   CCTUNE_ASSIGN_OR_RETURN(ParameterLayout layout,
                           ParameterLayout::FromModule(module, default_dtype));
   // Which parameters can be their state-dict tensor; the rest get owned buffers.
@@ -193,7 +194,8 @@ absl::StatusOr<ParameterArena> ParameterArena::CreateViewing(Module& module,
     auto it = state_dict.find(spec.name);
     const Tensor* src = it == state_dict.end() ? nullptr : &it->second;
     if (src != nullptr && src->defined() && !device.is_meta() && src->device() == device &&
-        src->dtype() == spec.dtype && src->shape() == spec.shape && src->is_contiguous()) {
+        src->dtype() == spec.dtype && src->shape() == spec.shape && src->is_contiguous() &&
+        (view_mapped_files || src->storage() == nullptr || !src->storage()->file_mapped())) {
       viewed[i] = src;
     } else {
       copied.push_back(spec);

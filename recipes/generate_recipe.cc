@@ -181,8 +181,12 @@ absl::Status RunGenerateRecipe(const Config& config) {
     // Again through the quantizer: a quantize-at-load replaced the first load's state dict.
     CCTUNE_ASSIGN_OR_RETURN(model, BuildModelForCheckpoint(root, ckpt));
   }
-  CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena, LoadWeights(*model, ckpt.state_dict, dtype, device,
-                                                            view_checkpoint));
+  // copy: the files' tensors are copied onto huge pages; tensors already in memory of their
+  // own (quantized at load) are used as they are, not copied again.
+  CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena,
+                          LoadWeights(*model, ckpt.state_dict, dtype, device,
+                                      /*view_checkpoint=*/true,
+                                      /*view_mapped_files=*/view_checkpoint));
   ckpt = LoadedCheckpoint();  // unmaps the files no parameter views
   {
     double weight_bytes = 0;
