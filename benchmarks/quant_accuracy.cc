@@ -3,7 +3,8 @@
 // logits of the int8 and int4 models against the f32 model on the same tokens (max and mean
 // absolute error, also relative to the largest |logit|), and greedy agreement over 200 tokens:
 // the free-running prefix that stays identical, and the teacher-forced top-1 agreement on the
-// f32 model's greedy sequence.
+// f32 model's greedy sequence. Logits come from decode steps through the KV cache (the GEMV
+// generation runs); int8 is shown with int8 activations (the default) and f32 ones.
 //
 //   bazel run -c opt //benchmarks:quant_accuracy -- [--shared_dir=../shared]
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "core/status.h"
 #include "generation/generate.h"
 #include "generation/model_loader.h"
+#include "kernels/cpu/quant/quant.h"
 #include "models/decoder_builder.h"
 #include "models/model_builder.h"
 #include "models/quantization.h"
@@ -52,11 +54,27 @@ absl::StatusOr<std::vector<int32_t>> Greedy(TransformerDecoder& m, int32_t bos) 
   return r.generated[0];
 }
 
-absl::StatusOr<std::vector<double>> Logits(TransformerDecoder& m, const std::vector<int32_t>& ids) {
-  CCTUNE_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({1, static_cast<int64_t>(ids.size())}, DType::kI32));
-  std::memcpy(t.data<int32_t>(), ids.data(), ids.size() * sizeof(int32_t));
-  CCTUNE_ASSIGN_OR_RETURN(Tensor logits, m(t));
-  return logits.ToDoubleVector();
+// The logits of every position of `ids`, one decode step at a time through the KV cache (the
+// path, and for int8 weights the int8-activation GEMV, that generation runs).
+absl::StatusOr<std::vector<double>> DecodeLogits(TransformerDecoder& m,
+                                                 const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  CCTUNE_RETURN_IF_ERROR(m.SetupCaches(1, DType::kF32, n));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor tok, Tensor::Empty({1, 1}, DType::kI32));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor pos, Tensor::Empty({1, 1}, DType::kI32));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor mask, Tensor::Zeros({1, 1, n}, DType::kBool));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor logits, Tensor::Empty({1, 1, m.vocab_size()}, DType::kF32));
+  std::vector<double> out;
+  for (int64_t p = 0; p < n; ++p) {
+    tok.data<int32_t>()[0] = ids[p];
+    pos.data<int32_t>()[0] = static_cast<int32_t>(p);
+    static_cast<bool*>(mask.raw_data())[p] = true;
+    CCTUNE_RETURN_IF_ERROR(m.Forward(logits, tok, &mask, &pos));
+    CCTUNE_ASSIGN_OR_RETURN(std::vector<double> row, logits.ToDoubleVector());
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  m.DeleteCaches();
+  return out;
 }
 
 absl::Status Compare(const std::string& label, const DecoderConfig& config, Model& f32,
@@ -65,7 +83,7 @@ absl::Status Compare(const std::string& label, const DecoderConfig& config, Mode
   std::vector<int32_t> seq = {bos};
   seq.insert(seq.end(), ref_gen.begin(), ref_gen.end());
   seq.pop_back();  // inputs: bos and the first kTokens - 1 generated tokens
-  CCTUNE_ASSIGN_OR_RETURN(std::vector<double> ref, Logits(*f32.model, seq));
+  CCTUNE_ASSIGN_OR_RETURN(std::vector<double> ref, DecodeLogits(*f32.model, seq));
   const int64_t v = config.vocab_size;
   double max_logit = 0;
   for (double x : ref) max_logit = std::max(max_logit, std::fabs(x));
@@ -76,17 +94,26 @@ absl::Status Compare(const std::string& label, const DecoderConfig& config, Mode
   std::printf("  %-22s %12s %12s %10s %10s %14s %14s\n", "quantizer", "max |err|", "mean |err|",
               "max rel", "mean rel", "greedy prefix", "top-1 agree");
   const StateDict full = f32.arena.ExportStateDict();
-  const WeightQuantization qs[] = {{cpu::QuantFormat::kInt8PerChannel, 0},
-                                   {cpu::QuantFormat::kInt4Grouped, 32},
-                                   {cpu::QuantFormat::kInt4Grouped, 64},
-                                   {cpu::QuantFormat::kInt4Grouped, 128},
-                                   {cpu::QuantFormat::kInt4Grouped, 256}};
-  for (const WeightQuantization& q : qs) {
+  // int8 twice: the decode GEMV with int8 activations (the default) and with f32 ones (the
+  // weights' error alone).
+  struct Row {
+    WeightQuantization q;
+    cpu::QuantActivations acts;
+  };
+  const Row rows[] = {{{cpu::QuantFormat::kInt8PerChannel, 0}, cpu::QuantActivations::kF32},
+                      {{cpu::QuantFormat::kInt8PerChannel, 0}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 32}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 64}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 128}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 256}, cpu::QuantActivations::kInt8}};
+  for (const Row& row : rows) {
+    const WeightQuantization& q = row.q;
+    cpu::SetQuantActivations(row.acts);
     CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> qm,
                             BuildDecoder(config, QuantizedProjections(q)));
     CCTUNE_ASSIGN_OR_RETURN(StateDict qsd, QuantizeStateDict(full, *qm, q));
     CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena, LoadWeights(*qm, qsd, DType::kF32, Device::Cpu()));
-    CCTUNE_ASSIGN_OR_RETURN(std::vector<double> got, Logits(*qm, seq));
+    CCTUNE_ASSIGN_OR_RETURN(std::vector<double> got, DecodeLogits(*qm, seq));
     double max_err = 0, sum_err = 0;
     int64_t agree = 0;
     for (int64_t p = 0; p < kTokens; ++p) {
@@ -106,12 +133,15 @@ absl::Status Compare(const std::string& label, const DecoderConfig& config, Mode
     const double mean_err = sum_err / static_cast<double>(kTokens * v);
     std::printf("  %-22s %12.5f %12.6f %10.5f %10.6f %10lld/%lld %10lld/%lld\n",
                 (q.QuantizerName().substr(0, 4) +
-                 (q.format == cpu::QuantFormat::kInt4Grouped ? absl::StrCat(" g", q.groupsize) : ""))
+                 (q.format == cpu::QuantFormat::kInt4Grouped
+                      ? absl::StrCat(" g", q.groupsize)
+                      : (row.acts == cpu::QuantActivations::kInt8 ? " (int8 act)" : " (f32 act)")))
                     .c_str(),
                 max_err, mean_err, max_err / max_logit, mean_err / max_logit,
                 static_cast<long long>(prefix), static_cast<long long>(kTokens),
                 static_cast<long long>(agree), static_cast<long long>(kTokens));
   }
+  cpu::SetQuantActivations(cpu::QuantActivations::kInt8);
   return absl::OkStatus();
 }
 

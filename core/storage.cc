@@ -43,6 +43,31 @@ void Storage::ReleasePages(size_t offset, size_t bytes) const {
   ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+bool Storage::PopulatePages(size_t offset, size_t bytes) const {
+  if (!file_mapped_ || data_ == nullptr || offset >= bytes_) return false;
+#ifdef MADV_POPULATE_READ
+  bytes = std::min(bytes, bytes_ - offset);
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_) + offset;
+  const uintptr_t first = begin / page * page;
+  const uintptr_t last = (begin + bytes + page - 1) / page * page;
+  return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ) == 0;
+#else
+  (void)bytes;
+  return false;
+#endif
+}
+
+bool Storage::AdviseHugePages() const {
+  if (!owned_ || !device_.is_cpu() || data_ == nullptr) return false;
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t first = (begin + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t last = (begin + bytes_) / kHuge * kHuge;
+  if (last <= first) return false;
+  return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE) == 0;
+}
+
 Storage::~Storage() {
   if (owned_) {
     auto iface = GetDeviceInterface(device_.type);

@@ -328,8 +328,8 @@ absl::StatusOr<Tensor> Tensor::View(Shape new_shape) const {
   if (numel() == 0) {
     new_strides = ContiguousStrides(new_shape);
   } else {
-    // Old dims without size-1 entries.
-    std::vector<int64_t> os, ost;
+    // Old dims without size-1 entries (inline: a view allocates nothing).
+    Shape os, ost;
     for (int i = 0; i < dim(); ++i) {
       if (shape_[i] != 1) {
         os.push_back(shape_[i]);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -22,7 +23,12 @@
 
 namespace cctune {
 
-using Shape = std::vector<int64_t>;
+// Sizes or strides, one per dimension, held inline up to kMaxDims (core/strided.h): making or
+// copying a tensor view allocates nothing on the heap (decode runs hundreds of views per token;
+// generation/decode_allocations_test). More dimensions spill to the heap. The interface is
+// std::vector's (absl::InlinedVector), but it is not a std::vector: convert explicitly
+// (Shape(v.begin(), v.end()), std::vector<int64_t>(s.begin(), s.end())) where one is needed.
+using Shape = absl::InlinedVector<int64_t, kMaxDims>;
 
 std::string ShapeToString(absl::Span<const int64_t> shape);  // "[2, 3, 4]"
 int64_t NumElements(absl::Span<const int64_t> shape);

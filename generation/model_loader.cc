@@ -15,7 +15,7 @@ namespace cctune {
 
 absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
                                            DType dtype, const Device& device,
-                                           bool view_checkpoint) {
+                                           bool view_checkpoint, bool view_mapped_files) {
   CCTUNE_ASSIGN_OR_RETURN(ParameterLayout layout, ParameterLayout::FromModule(model, dtype));
   const StateDict* sd = &state_dict;
   StateDict pruned;
@@ -28,7 +28,9 @@ absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const Stat
     pruned.erase("output.weight");
     sd = &pruned;
   }
-  if (view_checkpoint) return ParameterArena::CreateViewing(model, *sd, dtype, device);
+  if (view_checkpoint) {
+    return ParameterArena::CreateViewing(model, *sd, dtype, device, view_mapped_files);
+  }
   CCTUNE_ASSIGN_OR_RETURN(ParameterArena arena, ParameterArena::Create(model, dtype, device));
   CCTUNE_RETURN_IF_ERROR(arena.LoadStateDict(*sd, /*strict=*/true).status());
   return arena;

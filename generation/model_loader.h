@@ -31,9 +31,12 @@ struct LoadedModel {
 // With view_checkpoint (inference), ParameterArena::CreateViewing: tensors of the state dict
 // already in `dtype` on `device` are not copied but viewed (one copy of the weights in memory,
 // the mapped file's), and the rest are converted, releasing each mapped tensor's pages after.
+// With view_checkpoint and view_mapped_files false, only tensors in memory of their own (not
+// in a mapped file, e.g. weights quantized at load) are viewed; the files' are copied.
 absl::StatusOr<ParameterArena> LoadWeights(TransformerDecoder& model, const StateDict& state_dict,
                                            DType dtype, const Device& device,
-                                           bool view_checkpoint = false);
+                                           bool view_checkpoint = false,
+                                           bool view_mapped_files = true);
 
 // For a checkpoint loaded with keep_qk_layout whose qk_half_split is set: makes every
 // attention layer of `model` rotate half-split pairs where it rotated interleaved ones, which

@@ -47,6 +47,7 @@ absl::Status QuantizeInto(const std::string& prefix, const Tensor& w, const Weig
   const int64_t n = w.size(0), k = w.size(1);
   CCTUNE_ASSIGN_OR_RETURN(Tensor data,
                           Tensor::Empty(QuantizedWeightShape(q, k, n), DType::kI32, Device::Cpu()));
+  data.storage()->AdviseHugePages();  // decode streams it once per token (core/storage.h)
   uint8_t* bytes = static_cast<uint8_t*>(data.raw_data());
   if (q.format == QuantFormat::kInt8PerChannel) {
     CCTUNE_ASSIGN_OR_RETURN(Tensor scales, Tensor::Empty({n}, DType::kF32, Device::Cpu()));

@@ -112,9 +112,12 @@ class ParameterArena {
   // Only the other parameters get owned buffers (buffers() covers those alone, and
   // viewed_bytes() counts the rest), so the weights are in memory once. The views may be
   // copy-on-write file mappings: writing into them never changes the file, but an arena for
-  // training wants its own buffers (Create + LoadStateDict).
+  // training wants its own buffers (Create + LoadStateDict). With view_mapped_files false,
+  // tensors of mapped files are copied all the same (onto the arena's huge pages) and only
+  // tensors in memory of their own (e.g. weights quantized at load) are viewed.
   static absl::StatusOr<ParameterArena> CreateViewing(Module& module, const StateDict& state_dict,
-                                                      DType default_dtype, const Device& device);
+                                                      DType default_dtype, const Device& device,
+                                                      bool view_mapped_files = true);
   // An arena with `layout`, bound to no module (gradients, optimizer state). Zero-filled.
   static absl::StatusOr<ParameterArena> Allocate(ParameterLayout layout, const Device& device);
 

@@ -1,5 +1,10 @@
 #include "modules/parameters.h"
 
+#include <cstdlib>
+#include <fstream>
+
+#include "checkpoint/mapped_file.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -387,6 +392,36 @@ TEST(ParameterArenaTest, CreateViewingAliasesSameDtypeTensorsAndCopiesTheRest) {
   Generator gen(1);
   EXPECT_EQ(arena.InitializeRandom(gen).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(arena.Zero().message()), HasSubstr("CreateViewing"));
+}
+
+TEST(ParameterArenaTest, CreateViewingCanCopyMappedFilesAndViewTheRest) {
+  Toy shape_source;
+  auto like = ValueOrDie(ParameterArena::Create(shape_source, DType::kBF16, Device::Cpu()));
+  std::shared_ptr<Storage> storage;
+  const StateDict in_memory = PackedBf16StateDict(like, 4, &storage);
+  // The same tensors from a mapped file.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/parameters_test_mapped";
+  std::ofstream(path, std::ios::binary)
+      .write(static_cast<const char*>(storage->data()), static_cast<std::streamsize>(storage->bytes()));
+  const std::shared_ptr<Storage> file = ValueOrDie(MapFile(path));
+  ASSERT_TRUE(file->file_mapped());
+  StateDict mixed;
+  for (const auto& [name, t] : in_memory) {
+    mixed[name] = name == "b" ? t  // in memory of its own: viewed
+                              : ValueOrDie(Tensor::FromStorage(file, t.shape(), t.dtype(), t.offset()));
+  }
+  Toy model;
+  auto arena = ValueOrDie(ParameterArena::CreateViewing(model, mixed, DType::kBF16, Device::Cpu(),
+                                                        /*view_mapped_files=*/false));
+  const char* fbegin = static_cast<const char*>(file->data());
+  for (const auto& [name, t] : arena.named_tensors()) {
+    const char* p = static_cast<const char*>(t.raw_data());
+    EXPECT_FALSE(p >= fbegin && p < fbegin + file->bytes()) << name << " views the file";
+    if (name == "b") EXPECT_EQ(p, static_cast<const char*>(mixed.at(name).raw_data()));
+    EXPECT_EQ(ValueOrDie(t.ToFloatVector()), ValueOrDie(in_memory.at(name).ToFloatVector())) << name;
+  }
+  EXPECT_EQ(arena.viewed_bytes(), mixed.at("b").nbytes());
 }
 
 TEST(ParameterArenaTest, CreateViewingCopiesEverythingWhenTheDtypeDiffers) {

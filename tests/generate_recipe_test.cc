@@ -127,6 +127,20 @@ TEST_F(GenerateRecipeFixtureTest, LayoutsAndNoCacheGiveTheSameText) {
   ExpectMetricLines(no_cache.err);
 }
 
+TEST_F(GenerateRecipeFixtureTest, CopiedAndViewedWeightsGiveTheSameText) {
+  // The llama2.c fixture is f32, as the run: `view` maps it, `copy` (the default) copies it.
+  ProcessResult copied = RunRecipe({"prompt.user=the cat"});
+  ProcessResult viewed = RunRecipe({"prompt.user=the cat", "load_weights=view"});
+  ASSERT_EQ(copied.exit_code, 0) << copied.err;
+  ASSERT_EQ(viewed.exit_code, 0) << viewed.err;
+  EXPECT_EQ(viewed.out, copied.out);
+  EXPECT_EQ(copied.out, Expected("the cat", 20));
+  // (The fixture is a few KB: the load line's GB figures read 0.00 either way.)
+  ProcessResult bad = RunRecipe({"load_weights=mmap"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("load_weights"));
+}
+
 TEST_F(GenerateRecipeFixtureTest, SameSeedSameTextDifferentSeedDifferentText) {
   std::vector<std::string> sampling = {"prompt.user=the", "temperature=1.0", "top_k=50",
                                        "top_p=0.95", "max_new_tokens=40"};

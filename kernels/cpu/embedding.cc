@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "kernels/cpu/cpu_util.h"
@@ -14,7 +15,10 @@ namespace cpu {
 namespace {
 
 // The ids as int64 in row-major order, or OutOfRange naming the first one outside [0, v).
-absl::Status ReadIds(const char* op, const Tensor& ids, int64_t v, std::vector<int64_t>* rows) {
+// Inline up to 16 ids: a decode step (batch <= 16) allocates nothing here.
+using Ids = absl::InlinedVector<int64_t, 16>;
+
+absl::Status ReadIds(const char* op, const Tensor& ids, int64_t v, Ids* rows) {
   const int64_t n = ids.numel();
   const StridedView iv = ids.strided_view();
   rows->resize(n);
@@ -36,7 +40,7 @@ absl::Status ReadIds(const char* op, const Tensor& ids, int64_t v, std::vector<i
 
 absl::Status Embedding(Tensor& out, const Tensor& table, const Tensor& ids) {
   const int64_t v = table.size(0), d = table.size(1), n = ids.numel();
-  std::vector<int64_t> rows;
+  Ids rows;
   CCTUNE_RETURN_IF_ERROR(ReadIds("Embedding", ids, v, &rows));
   if (d == 0) return absl::OkStatus();
   const RowIndexer orow(out.strided_view());
@@ -66,7 +70,7 @@ absl::Status Embedding(Tensor& out, const Tensor& table, const Tensor& ids) {
 
 absl::Status EmbeddingBackward(Tensor& dtable, const Tensor& dy, const Tensor& ids) {
   const int64_t v = dtable.size(0), d = dtable.size(1), n = ids.numel();
-  std::vector<int64_t> rows;
+  Ids rows;
   CCTUNE_RETURN_IF_ERROR(ReadIds("EmbeddingBackward", ids, v, &rows));
   if (n == 0 || d == 0) return absl::OkStatus();
   // order: the indices sorted by id, index order within an id; starts: where each id begins.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -42,7 +44,8 @@ absl::Status Rotate(const char* op, Tensor& out, const Tensor& x, const Tensor& 
   const StridedView pv = positions.strided_view();
   const bool per_batch = positions.dim() == 2;
   const int64_t npos = per_batch ? b * s : s;
-  std::vector<int64_t> pos(npos);
+  // Inline up to 16 positions: a decode step (batch <= 16) allocates nothing here.
+  absl::InlinedVector<int64_t, 16> pos(npos);
   for (int64_t i = 0; i < npos; ++i) {
     const int64_t off = ElementOffset(pv, i);
     pos[i] = positions.dtype() == DType::kI64 ? static_cast<const int64_t*>(pv.data)[off]

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -137,7 +138,7 @@ absl::Status Sample(Tensor& out, const Tensor& logits, const ops::SamplingParams
                     Generator& gen) {
   const int64_t b = logits.size(0), v = logits.size(1);
   const bool greedy = params.temperature == 0.f;
-  std::vector<float> u(greedy ? 0 : b);
+  absl::InlinedVector<float, 16> u(greedy ? 0 : b);  // inline: a decode step allocates nothing
   for (float& x : u) x = gen.Uniform();
   const RowIndexer xr(logits.strided_view());
   const DType xt = logits.dtype();
@@ -151,8 +152,9 @@ absl::Status Sample(Tensor& out, const Tensor& logits, const ops::SamplingParams
 #pragma omp parallel if (b > 1 && b * v >= (1 << 15))
   {
     FloatBuffer buf(v);
-    std::vector<int32_t> ids;
-    std::vector<uint8_t> kept_mask;
+    // Per thread, grown and kept: sampling a token allocates no candidate list.
+    thread_local std::vector<int32_t> ids;
+    thread_local std::vector<uint8_t> kept_mask;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < b; ++r) {
       float* z = buf.data();

@@ -8,18 +8,24 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 
 // Each SIMD path is compiled for its own instruction set through function attributes, so this
 // file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
 #define CCTUNE_QTARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define CCTUNE_QTARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define CCTUNE_QTARGET_AVX512VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define CCTUNE_QINLINE inline __attribute__((always_inline))
 
 namespace cctune::cpu {
@@ -323,6 +329,135 @@ CCTUNE_QTARGET_AVX512 void Avx512Int4Tile(const QuantMatrix& w, const float* a, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Int8 activations x int8 weights (llama.cpp's Q8_0 x Q8_0 way). Each block of kActBlock inputs
+// sums its products exactly in int32; the block's sum is then scaled by the activation block's
+// d in f32, and the row's total by the weight row's scale.
+
+// Quantized rows of A: q [rows, ldq] (int8, or biased uint8 for VNNI), d [rows, ldd], `blocks`
+// blocks per row. Row r of a view starts at q + r·ldq and d + r·ldd.
+struct ActRows {
+  const int8_t* q;
+  int64_t ldq;
+  const float* d;
+  int64_t ldd;
+  int64_t blocks;
+  ActRows Offset(int64_t r) const { return {q + r * ldq, ldq, d + r * ldd, ldd, blocks}; }
+};
+
+template <int MR>
+void ScalarInt8ActTile(int64_t k, const ActRows& x, const int8_t* b, float scale, float* c,
+                       int64_t ldc) {
+  for (int i = 0; i < MR; ++i) {
+    const int8_t* xq = x.q + i * x.ldq;
+    float total = 0.f;
+    for (int64_t blk = 0; blk < x.blocks; ++blk) {
+      const int64_t q1 = std::min(k, (blk + 1) * kActBlock);
+      int32_t sum = 0;
+      for (int64_t q = blk * kActBlock; q < q1; ++q) sum += int32_t{xq[q]} * int32_t{b[q]};
+      total += x.d[i * x.ldd + blk] * static_cast<float>(sum);
+    }
+    c[i * ldc] = scale * total;
+  }
+}
+
+// AVX2: |x| (unsigned) times w with x's sign (signed) through vpmaddubsw: each int16 pair sum
+// is at most 2 · 127 · 127 < 2^15, so nothing saturates (x and w never hold -128).
+template <int MR>
+CCTUNE_QTARGET_AVX2 void Avx2Int8ActTile(int64_t k, const ActRows& x, const int8_t* b,
+                                         float scale, float* c, int64_t ldc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t blk = 0; blk < x.blocks; ++blk) {
+    __m256i sum[MR];
+    for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_si256();
+    const int64_t q1 = std::min(k, (blk + 1) * kActBlock);
+    for (int64_t q = blk * kActBlock; q < q1; q += 32) {
+      __m256i wv;
+      if (q + 32 <= k) {
+        wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q));
+      } else {  // the row's last bytes: no read past it (the activations' padding is 0)
+        alignas(32) int8_t tail[32] = {};
+        std::copy(b + q, b + k, tail);
+        wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * x.ldq + q));
+        const __m256i p16 =
+            _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+        sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(p16, ones));
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(x.d[i * x.ldd + blk]),
+                               acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) c[i * ldc] = scale * Avx2Sum(acc[i]);
+}
+
+// AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, so the activations come biased
+// (x + 128); Σ (x + 128)·w - 128·Σ w = Σ x·w, with 128·Σ w from a second vpdpbusd shared by the
+// MR rows of A. A lane sums 4 products of at most 255 · 127: far inside int32.
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI void Avx512VnniInt8ActTile(int64_t k, const ActRows& x,
+                                                     const int8_t* b, float scale, float* c,
+                                                     int64_t ldc) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < x.blocks; ++blk) {
+    const int64_t q = blk * kActBlock;
+    const __m512i wv =
+        q + kActBlock <= k
+            ? _mm512_loadu_si512(b + q)
+            : _mm512_maskz_loadu_epi8((__mmask64{1} << (k - q)) - 1, b + q);  // no read past W
+    const __m512i corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m512i xv = _mm512_loadu_si512(x.q + i * x.ldq + q);
+      const __m512i p =
+          _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv), corr);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(x.d[i * x.ldd + blk]),
+                               acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) c[i * ldc] = scale * _mm512_reduce_add_ps(acc[i]);
+}
+
+// Rows [j0, j1) of W against the m quantized rows of A, 4 rows of A per pass over a W row.
+template <template <int> class Tile>
+void Int8ActRows(int64_t m, const ActRows& x, const QuantMatrix& w, int64_t j0, int64_t j1,
+                 float* c, int64_t ldc) {
+  const int64_t rb = Int8RowBytes(w.k);
+  for (int64_t j = j0; j < j1; ++j) {
+    const int8_t* b = reinterpret_cast<const int8_t*>(w.data + j * rb);
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) Tile<4>::Run(w.k, x.Offset(i), b, w.scales[j], c + i * ldc + j, ldc);
+    for (; i < m; ++i) Tile<1>::Run(w.k, x.Offset(i), b, w.scales[j], c + i * ldc + j, ldc);
+  }
+}
+template <int MR>
+struct ScalarAct {
+  static void Run(int64_t k, const ActRows& x, const int8_t* b, float s, float* c, int64_t ldc) {
+    ScalarInt8ActTile<MR>(k, x, b, s, c, ldc);
+  }
+};
+template <int MR>
+struct Avx2Act {
+  static void Run(int64_t k, const ActRows& x, const int8_t* b, float s, float* c, int64_t ldc) {
+    Avx2Int8ActTile<MR>(k, x, b, s, c, ldc);
+  }
+};
+template <int MR>
+struct VnniAct {
+  static void Run(int64_t k, const ActRows& x, const int8_t* b, float s, float* c, int64_t ldc) {
+    Avx512VnniInt8ActTile<MR>(k, x, b, s, c, ldc);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Row-range drivers: rows of A in tiles of 4, then 2, then 1 (more accumulators per row when
 // fewer rows share a W row, for FMA latency).
 
@@ -391,7 +526,71 @@ void RunRows(QuantIsa isa, int64_t m, const float* a, int64_t lda, const QuantMa
   }
 }
 
+bool CpuHasVnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+// fn(j0, j1) over [0, w.n) in runs of whole kRowBlock blocks, one run per participant of the
+// persistent pool, not an OpenMP region: decode runs 7 of these per layer and token, and
+// OpenMP's end-of-region barrier spins (kernels/cpu/thread_pool.h; the bf16 GEMV measured 12%
+// of decode there). Small products run on the caller.
+template <typename Fn>
+void ForRowRanges(int64_t m, const QuantMatrix& w, Fn fn) {
+  const int64_t blocks = (w.n + kRowBlock - 1) / kRowBlock;
+  auto range = [&](int task, int num_tasks) {
+    const int64_t b0 = blocks * task / num_tasks, b1 = blocks * (task + 1) / num_tasks;
+    if (b0 < b1) fn(b0 * kRowBlock, std::min(w.n, b1 * kRowBlock));
+  };
+  ThreadPool& pool = ThreadPool::Default();
+  const bool parallel = m * w.n * w.k >= kMinParallelMacs && blocks > 1 && !omp_in_parallel();
+  if (parallel && pool.num_threads() > 1) {
+    pool.Run(pool.num_threads(), range);
+  } else {
+    range(0, 1);
+  }
+}
+
+QuantActivations DefaultQuantActivations() {
+  const char* env = std::getenv("CCTUNE_QUANT_ACTIVATIONS");
+  if (env == nullptr || std::string(env) == "int8") return QuantActivations::kInt8;
+  CCTUNE_CHECK(std::string(env) == "f32", "CCTUNE_QUANT_ACTIVATIONS must be int8 or f32, got '",
+               env, "'");
+  return QuantActivations::kF32;
+}
+
+std::atomic<QuantActivations>& ActivationMode() {
+  static std::atomic<QuantActivations> mode{DefaultQuantActivations()};
+  return mode;
+}
+
 }  // namespace
+
+void SetQuantActivations(QuantActivations mode) { ActivationMode().store(mode); }
+QuantActivations GetQuantActivations() { return ActivationMode().load(); }
+
+void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool biased,
+                         int8_t* q, int64_t ldq, float* d, int64_t ldd) {
+  const int64_t blocks = (k + kActBlock - 1) / kActBlock;
+  const int8_t pad = biased ? static_cast<int8_t>(-128) : 0;  // 0 + 128 as uint8 bits
+  for (int64_t i = 0; i < m; ++i) {
+    const float* ai = a + i * lda;
+    int8_t* qi = q + i * ldq;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t q0 = blk * kActBlock, q1 = std::min(k, q0 + kActBlock);
+      float amax = 0.f;
+      for (int64_t t = q0; t < q1; ++t) amax = std::max(amax, std::fabs(ai[t]));
+      const float scale = amax > 0.f ? amax / 127.f : 1.f;
+      const float inv = 1.f / scale;
+      for (int64_t t = q0; t < q1; ++t) {
+        const int v = static_cast<int>(std::clamp(std::nearbyint(ai[t] * inv), -127.f, 127.f));
+        qi[t] = static_cast<int8_t>(biased ? v + 128 - 256 * (v >= 0) : v);
+      }
+      d[i * ldd + blk] = scale;
+    }
+    for (int64_t t = k; t < ldq; ++t) qi[t] = pad;
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Quantize / dequantize.
@@ -509,13 +708,55 @@ void StreamQuantGemmNT(QuantIsa isa, int64_t m, const float* a, int64_t lda, con
     GroupSums(m, a, lda, w, xs.data());
   }
   const float* xsp = xs.data();
-  const int64_t blocks = (w.n + kRowBlock - 1) / kRowBlock;
-  const bool parallel = m * w.n * w.k >= kMinParallelMacs && blocks > 1 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t j0 = blk * kRowBlock, j1 = std::min(w.n, j0 + kRowBlock);
-    RunRows(isa, m, a, lda, w, xsp, j0, j1, c, ldc);
+  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) { RunRows(isa, m, a, lda, w, xsp, j0, j1, c, ldc); });
+}
+
+const char* Int8ActIsaName(Int8ActIsa isa) {
+  switch (isa) {
+    case Int8ActIsa::kAvx2:
+      return "avx2";
+    case Int8ActIsa::kAvx512Vnni:
+      return "avx512vnni";
+    default:
+      return "scalar";
   }
+}
+
+Int8ActIsa BestInt8ActIsa() {
+  if (IsaSupported(IsaLevel::kAvx512) && CpuHasVnni()) return Int8ActIsa::kAvx512Vnni;
+  if (IsaSupported(IsaLevel::kAvx2)) return Int8ActIsa::kAvx2;
+  return Int8ActIsa::kScalar;
+}
+
+void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc) {
+  CCTUNE_CHECK(w.format == QuantFormat::kInt8PerChannel,
+               "StreamInt8ActGemmNT: int8 weights only");
+  CCTUNE_CHECK(isa == Int8ActIsa::kScalar ||
+                   (isa == Int8ActIsa::kAvx2 && IsaSupported(IsaLevel::kAvx2)) ||
+                   (isa == Int8ActIsa::kAvx512Vnni && IsaSupported(IsaLevel::kAvx512) &&
+                    CpuHasVnni()),
+               "QuantGemmNT: path ", Int8ActIsaName(isa), " is not supported here");
+  if (m <= 0 || w.n <= 0) return;
+  // Grown, never shrunk: no allocation per call once warm.
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xd;
+  const int64_t blocks = (w.k + kActBlock - 1) / kActBlock, ldq = blocks * kActBlock;
+  xq.resize(std::max<size_t>(xq.size(), m * ldq));
+  xd.resize(std::max<size_t>(xd.size(), std::max<int64_t>(m * blocks, 1)));
+  QuantizeActivations(m, w.k, a, lda, isa == Int8ActIsa::kAvx512Vnni, xq.data(), ldq, xd.data(),
+                      blocks);
+  const ActRows x{xq.data(), ldq, xd.data(), blocks, blocks};
+  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
+    switch (isa) {
+      case Int8ActIsa::kAvx512Vnni:
+        return Int8ActRows<VnniAct>(m, x, w, j0, j1, c, ldc);
+      case Int8ActIsa::kAvx2:
+        return Int8ActRows<Avx2Act>(m, x, w, j0, j1, c, ldc);
+      default:
+        return Int8ActRows<ScalarAct>(m, x, w, j0, j1, c, ldc);
+    }
+  });
 }
 
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
@@ -539,7 +780,10 @@ void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix&
 
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc) {
-  if (m <= quant_internal::kMaxStreamRows) {
+  if (m <= quant_internal::kMaxStreamRows && w.format == QuantFormat::kInt8PerChannel &&
+      GetQuantActivations() == QuantActivations::kInt8) {
+    quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
+  } else if (m <= quant_internal::kMaxStreamRows) {
     quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a, lda, w, c, ldc);
   } else {
     quant_internal::PanelQuantGemmNT(m, a, lda, w, c, ldc);

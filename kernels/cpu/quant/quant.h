@@ -65,8 +65,28 @@ void QuantizeInt4(int64_t n, int64_t k, int64_t groupsize, const void* w, DType 
 void Dequantize(const QuantMatrix& w, int64_t row0, int64_t rows, float* out, int64_t ldo);
 
 // C[m, n] = A[m, k] · dequant(W)ᵀ (C overwritten). A, C: f32 rows with strides lda, ldc.
+// For int8 weights and up to kMaxStreamRows rows of A, with QuantActivations::kInt8 (the
+// default), A is first quantized per block of kActBlock inputs to int8 (scale max|x| / 127,
+// round to nearest: llama.cpp's Q8_0 x Q8_0 dot) and the products summed in int32
+// (AVX-512 VNNI vpdpbusd; AVX2 vpmaddubsw; scalar) before one f32 scale per block.
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc);
+
+// How the int8 decode GEMV treats the activations: quantized to int8 per block (fast, the
+// default) or kept in f32 (the accuracy reference: the error is then the weights' alone).
+// Process-wide; the default comes from CCTUNE_QUANT_ACTIVATIONS=int8|f32 (read once).
+enum class QuantActivations { kInt8, kF32 };
+void SetQuantActivations(QuantActivations mode);
+QuantActivations GetQuantActivations();
+
+// Inputs per activation block of the int8-activation path (one 512-bit vector of int8).
+inline constexpr int64_t kActBlock = 64;
+// Rows of A [m, k] -> int8 values q [m, ldq] (ldq >= ceil(k / kActBlock) · kActBlock; the
+// padding is 0) and scales d [m, ldd] (one per block): d = max|x| / 127 over the block (1 for
+// an all-zero block), q = clamp(round(x / d), -127, 127). With `biased`, q + 128 is stored
+// (as uint8, for vpdpbusd's unsigned operand).
+void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool biased,
+                         int8_t* q, int64_t ldq, float* d, int64_t ldd);
 
 namespace quant_internal {
 
@@ -79,6 +99,12 @@ inline constexpr int64_t kMaxStreamRows = 8;
 // The streaming kernel with `isa` forced (must be supported: CHECK), for any m.
 void StreamQuantGemmNT(QuantIsa isa, int64_t m, const float* a, int64_t lda, const QuantMatrix& w,
                        float* c, int64_t ldc);
+// The int8-activation streaming kernel (int8 weights only) with `isa` forced.
+enum class Int8ActIsa { kScalar, kAvx2, kAvx512Vnni };
+const char* Int8ActIsaName(Int8ActIsa isa);
+Int8ActIsa BestInt8ActIsa();
+void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc);
 // The panel path for any m.
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                       int64_t ldc);

@@ -263,6 +263,155 @@ TEST_P(QuantGemmLevelTest, DispatchFollowsTheLevel) {
   EXPECT_EQ(quant_internal::BestQuantIsa(), want) << quant_internal::QuantIsaName(want);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Int8 activations (the decode path for int8 weights): the activations' quantization, then each
+// path against fp64 sums of the same quantized values, at every ISA level.
+
+// The documented scheme, independently: per block of 64, d = max|x| / 127 (1 if all zero),
+// q = clamp(round-half-even(x / d), -127, 127).
+struct RefActs {
+  std::vector<int> q;   // [m, k]
+  std::vector<double> d;  // [m, blocks]
+  int64_t blocks;
+};
+RefActs ReferenceActs(int64_t m, int64_t k, const std::vector<float>& a, int64_t lda) {
+  RefActs r;
+  r.blocks = (k + kActBlock - 1) / kActBlock;
+  r.q.resize(m * k);
+  r.d.resize(m * r.blocks);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < r.blocks; ++b) {
+      float amax = 0.f;
+      for (int64_t t = b * kActBlock; t < std::min(k, (b + 1) * kActBlock); ++t) {
+        amax = std::max(amax, std::fabs(a[i * lda + t]));
+      }
+      const float d = amax > 0.f ? amax / 127.f : 1.f;
+      r.d[i * r.blocks + b] = d;
+      for (int64_t t = b * kActBlock; t < std::min(k, (b + 1) * kActBlock); ++t) {
+        r.q[i * k + t] = static_cast<int>(
+            std::clamp(std::nearbyint(a[i * lda + t] * (1.f / d)), -127.f, 127.f));
+      }
+    }
+  }
+  return r;
+}
+
+TEST(QuantizeActivationsTest, MatchesTheDocumentedScheme) {
+  Generator gen(30);
+  for (int64_t k : {1, 63, 64, 65, 200}) {
+    const int64_t m = 3, lda = k + 2, blocks = (k + 63) / 64, ldq = blocks * 64 + 8;
+    std::vector<float> a(m * lda);
+    for (float& x : a) x = static_cast<float>(4.0 * gen.Uniform() - 2.0);
+    for (int64_t t = 0; t < std::min<int64_t>(k, 64); ++t) a[lda + t] = 0.f;  // an all-zero block
+    const RefActs ref = ReferenceActs(m, k, a, lda);
+    for (bool biased : {false, true}) {
+      std::vector<int8_t> q(m * ldq, 99);
+      std::vector<float> d(m * blocks);
+      QuantizeActivations(m, k, a.data(), lda, biased, q.data(), ldq, d.data(), blocks);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t b = 0; b < blocks; ++b) EXPECT_EQ(d[i * blocks + b], ref.d[i * blocks + b]);
+        for (int64_t t = 0; t < k; ++t) {
+          const int got = biased ? static_cast<int>(static_cast<uint8_t>(q[i * ldq + t])) - 128
+                                 : q[i * ldq + t];
+          ASSERT_EQ(got, ref.q[i * k + t]) << "k " << k << " row " << i << " col " << t;
+        }
+        // Padding to the block: the value 0.
+        for (int64_t t = k; t < ldq; ++t) {
+          EXPECT_EQ(static_cast<uint8_t>(q[i * ldq + t]), biased ? 128 : 0) << t;
+        }
+      }
+      EXPECT_EQ(d[blocks], 1.f);  // the all-zero block
+    }
+  }
+}
+
+using quant_internal::Int8ActIsa;
+
+std::vector<Int8ActIsa> Int8ActPathsUpTo(IsaLevel level) {
+  std::vector<Int8ActIsa> paths = {Int8ActIsa::kScalar};
+  if (level >= IsaLevel::kAvx2) paths.push_back(Int8ActIsa::kAvx2);
+  if (quant_internal::BestInt8ActIsa() == Int8ActIsa::kAvx512Vnni) {
+    paths.push_back(Int8ActIsa::kAvx512Vnni);
+  }
+  return paths;
+}
+
+void CheckInt8Act(Int8ActIsa isa, const Case& c, Generator& gen) {
+  SCOPED_TRACE(absl::StrCat(quant_internal::Int8ActIsaName(isa), " ",
+                            CaseName(QuantFormat::kInt8PerChannel, c)));
+  const Quantized q =
+      Quantize(QuantFormat::kInt8PerChannel, c.n, c.k, 0, RandomMatrix(c.n, c.k, gen));
+  const int64_t lda = c.k + 5, ldc = c.n + 2;
+  std::vector<float> a(c.m * lda, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t t = 0; t < c.k; ++t) a[i * lda + t] = static_cast<float>(2.0 * gen.Uniform() - 1.0);
+  }
+  std::vector<float> out(c.m * ldc, std::numeric_limits<float>::quiet_NaN());
+  quant_internal::StreamInt8ActGemmNT(isa, c.m, a.data(), lda, q.view, out.data(), ldc);
+  const RefActs x = ReferenceActs(c.m, c.k, a, lda);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      // The same quantized values summed in fp64 (the integer block sums are exact in the
+      // kernel; what differs is the f32 rounding of the block terms and their sum) ...
+      double want = 0, mag = 0, exact = 0, act_err = 0;
+      for (int64_t t = 0; t < c.k; ++t) {
+        const double w = StoredElement(q, j, t).value;
+        const double d = x.d[i * x.blocks + t / kActBlock];
+        want += x.q[i * c.k + t] * d * w;
+        mag += std::fabs(x.q[i * c.k + t] * d * w);
+        // ... and against f32 activations: each is off by at most half a step d / 2.
+        exact += a[i * lda + t] * w;
+        act_err += 0.5 * d * std::fabs(w);
+      }
+      const double tol = (x.blocks + 16) * kEps32 * mag + 1e-30;
+      ASSERT_NEAR(out[i * ldc + j], want, tol) << "row " << i << " col " << j;
+      ASSERT_NEAR(out[i * ldc + j], exact, act_err * (1 + 1e-5) + tol) << "row " << i << " col " << j;
+    }
+    for (int64_t j = c.n; j < ldc; ++j) EXPECT_TRUE(std::isnan(out[i * ldc + j])) << j;
+  }
+}
+
+TEST_P(QuantGemmLevelTest, Int8ActivationsMatchFp64OfTheQuantizedValues) {
+  Generator gen(40 + static_cast<int>(GetParam()));
+  const Case more[] = {{1, 20, 64, 0}, {1, 20, 65, 0}, {2, 17, 129, 0}, {6, 33, 8192, 0}};
+  for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
+    for (const Case& c : kCases) CheckInt8Act(isa, c, gen);
+    for (const Case& c : more) CheckInt8Act(isa, c, gen);
+  }
+}
+
+TEST_P(QuantGemmLevelTest, Int8ActivationDispatchFollowsTheLevel) {
+  const Int8ActIsa got = quant_internal::BestInt8ActIsa();
+  if (GetParam() >= IsaLevel::kAvx512 && __builtin_cpu_supports("avx512vnni")) {
+    EXPECT_EQ(got, Int8ActIsa::kAvx512Vnni);
+  } else if (GetParam() >= IsaLevel::kAvx2) {
+    EXPECT_EQ(got, Int8ActIsa::kAvx2);
+  } else {
+    EXPECT_EQ(got, Int8ActIsa::kScalar);
+  }
+}
+
+// The public entry: int8 weights with up to 8 rows take the int8-activation path by default,
+// the f32-activation streaming path under QuantActivations::kF32.
+TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
+  Generator gen(50);
+  const int64_t m = 2, n = 48, k = 300;
+  const Quantized q = Quantize(QuantFormat::kInt8PerChannel, n, k, 0, RandomMatrix(n, k, gen));
+  const std::vector<float> a = RandomMatrix(m, k, gen);
+  std::vector<float> got(m * n), want(m * n);
+  ASSERT_EQ(GetQuantActivations(), QuantActivations::kInt8);
+  QuantGemmNT(m, a.data(), k, q.view, got.data(), n);
+  quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k, q.view,
+                                      want.data(), n);
+  EXPECT_EQ(got, want);
+  SetQuantActivations(QuantActivations::kF32);
+  QuantGemmNT(m, a.data(), k, q.view, got.data(), n);
+  SetQuantActivations(QuantActivations::kInt8);
+  quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q.view,
+                                    want.data(), n);
+  EXPECT_EQ(got, want);
+}
+
 CCTUNE_INSTANTIATE_ISA_LEVELS(QuantGemmLevelTest);
 
 // Two runs of one path give the same bits; every level agrees with the scalar path within the
