@@ -12,10 +12,15 @@
 // multiplies activations: all but the embedding table, which is a lookup; norms are counted
 // too, they are negligible) plus the attention's 12 · layers · s · d (QKᵀ and PV, forward
 // 2 · 2 · s · d and backward twice that, the causal mask counted in full as llm.c does).
-// Then each timed step's loss in full ("losses: ..."), to tell whether a change altered the
-// training's bits. The last line is machine-readable: "RESULT tokens_per_s=... gflops=...
-// step_ms=...".
+// Then the step profile of the timed steps (kernels/cpu/op_profile.h): each category's
+// ms/step, share of the step, and GFLOP/s (as % of the FMA peak measured at start,
+// benchmarks/cpu_peak.h) or GB/s; "outside ops" is the step time that no op accounts for
+// (tensor allocation and copies, the trainer's own code). Then the peak RSS of the process
+// and each timed step's loss in full ("losses: ...", to tell whether a change altered the
+// training's bits). The last line is machine-readable: "RESULT tokens_per_s=... gflops=...
+// step_ms=... peak_rss_mib=... pct_of_peak=...".
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdint>
@@ -26,8 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/cpu_peak.h"
 #include "core/random.h"
 #include "core/status.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/op_profile.h"
 #include "models/decoder_builder.h"
 #include "modules/parameters.h"
 #include "training/decoder_trainer.h"
@@ -94,7 +102,13 @@ int Main(int argc, char** argv) {
               "%d threads, %d warmup + %d timed steps\n",
               n_params / 1e6, n_matmul / 1e6, static_cast<long long>(b),
               static_cast<long long>(s), omp_get_max_threads(), warmup, steps);
+  const bench::FmaPeak peak = bench::MeasureFmaPeak(omp_get_max_threads());
+  std::printf("ISA %s; FP32 FMA peak: %s\n", cpu::IsaLevelName(cpu::ActiveIsaLevel()),
+              peak.Describe().c_str());
   for (int i = 0; i < warmup; ++i) ValueOrDie(TrainStep(*trainer, *opt, {mb}, 1.0));
+  cpu::ResetOpProfile();
+  cpu::SetOpProfiling(true);
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
   const auto t0 = std::chrono::steady_clock::now();
   double loss = 0;
   std::vector<double> losses;  // printed after the timing, in full (to compare runs bitwise)
@@ -102,16 +116,66 @@ int Main(int argc, char** argv) {
     const TrainStepResult r = ValueOrDie(TrainStep(*trainer, *opt, {mb}, 1.0));
     loss = r.loss;
     losses.push_back(r.loss);
+    forward_s += r.forward_seconds;
+    backward_s += r.backward_seconds;
+    optimizer_s += r.optimizer_seconds;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cpu::SetOpProfiling(false);
+  const cpu::OpProfile prof = cpu::OpProfileSnapshot();
   const double tokens_per_s = static_cast<double>(b * s) * steps / secs;
-  std::printf("last loss %.4f, %.1f ms/step\n", loss, 1e3 * secs / steps);
+  const double step_ms = 1e3 * secs / steps;
+  const double gflops = tokens_per_s * flops_per_token / 1e9;
+  std::printf("last loss %.4f, %.1f ms/step\n", loss, step_ms);
+  std::printf("phases (ms/step): decoder forward %.1f, output+loss+backward %.1f, optimizer "
+              "%.1f, other %.1f\n",
+              1e3 * forward_s / steps, 1e3 * backward_s / steps, 1e3 * optimizer_s / steps,
+              step_ms - 1e3 * (forward_s + backward_s + optimizer_s) / steps);
+  std::printf("%-32s %9s %7s %10s %8s %9s %7s\n", "step profile", "ms/step", "%step", "GFLOP/s",
+              "%peak", "GB/s", "calls");
+  double accounted = 0, gemm_s = 0, gemm_flops = 0;
+  for (int c = 0; c < cpu::kNumOpCategories; ++c) {
+    const cpu::OpStats& st = prof[c];
+    accounted += st.seconds;
+    if (c <= static_cast<int>(cpu::OpCategory::kGemmBackwardDw)) {
+      gemm_s += st.seconds;
+      gemm_flops += st.flops;
+    }
+    const double ms = 1e3 * st.seconds / steps;
+    std::printf("%-32s %9.1f %6.1f%%", cpu::OpCategoryName(static_cast<cpu::OpCategory>(c)), ms,
+                100.0 * ms / step_ms);
+    if (st.flops > 0 && st.seconds > 0) {
+      const double rate = st.flops / st.seconds / 1e9;
+      std::printf(" %10.1f %7.1f%%", rate, 100.0 * rate / peak.gflops);
+    } else {
+      std::printf(" %10s %8s", "-", "-");
+    }
+    if (st.bytes > 0 && st.seconds > 0) {
+      std::printf(" %9.1f", st.bytes / st.seconds / 1e9);
+    } else {
+      std::printf(" %9s", "-");
+    }
+    std::printf(" %7lld\n", static_cast<long long>(st.calls / steps));
+  }
+  const double outside_ms = step_ms - 1e3 * accounted / steps;
+  std::printf("%-32s %9.1f %6.1f%%\n", "outside ops (alloc, copies)", outside_ms,
+              100.0 * outside_ms / step_ms);
+  std::printf("%-32s %9.1f %6.1f%% %10.1f %7.1f%%\n", "all GEMMs", 1e3 * gemm_s / steps,
+              100.0 * gemm_s / secs, gemm_flops / gemm_s / 1e9,
+              100.0 * gemm_flops / gemm_s / 1e9 / peak.gflops);
+  std::printf("%-32s %9.1f %6.1f%% %10.1f %7.1f%%\n", "whole step (model FLOPs)", step_ms, 100.0,
+              gflops, 100.0 * gflops / peak.gflops);
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: KiB
+  std::printf("peak RSS %.1f MiB\n", rss_mib);
   std::printf("losses:");
   for (double l : losses) std::printf(" %.17g", l);
   std::printf("\n");
-  std::printf("RESULT tokens_per_s=%.1f gflops=%.1f step_ms=%.1f\n", tokens_per_s,
-              tokens_per_s * flops_per_token / 1e9, 1e3 * secs / steps);
+  std::printf("RESULT tokens_per_s=%.1f gflops=%.1f step_ms=%.1f peak_rss_mib=%.1f "
+              "pct_of_peak=%.1f\n",
+              tokens_per_s, gflops, step_ms, rss_mib, 100.0 * gflops / peak.gflops);
   return 0;
 }
 

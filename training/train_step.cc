@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/cpu/op_profile.h"
 #include "training/optimizer_in_backward.h"
 
 namespace cctune {
@@ -94,6 +95,8 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
     result.backward_seconds += l.rest_seconds;
   }
   const auto t_opt = std::chrono::steady_clock::now();
+  // The norm, clip and update ops below count as the optimizer in the step profile.
+  const cpu::ScopedOpCategory profile_as(cpu::OpCategory::kOptimizer);
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
   if (const auto* in_bwd = dynamic_cast<const OptimizerInBackward*>(&optimizer)) {
     result.grad_norm = in_bwd->grad_norm();
