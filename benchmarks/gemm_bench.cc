@@ -143,6 +143,20 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
       2.0 * m * n * k * static_cast<double>(state.iterations()) / cpu_per_thread * 1e-9;
 }
 
+// SgemmStrided on one route at a training shape (trans flags as SgemmStrided's).
+void BM_TrainGemm(benchmark::State& state, cpu::gemm_internal::SgemmPath path, bool trans_a,
+                  bool trans_b, int64_t m, int64_t n, int64_t k) {
+  Buffer a(m * k, DType::kF32), b(n * k, DType::kF32), c(m * n, DType::kF32);
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    cpu::gemm_internal::SgemmStridedWithPath(path, trans_a, trans_b, m, n, k, a.f32(), lda, b.f32(),
+                                             ldb, c.f32(), n, 0.f);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, Seconds(t0), 2.0 * m * n * k, 0);
+}
+
 // OpenBLAS's own GEMV on f32 weights, rows split over OpenMP threads (this library keeps
 // OpenBLAS single-threaded), as a baseline for the m = 1 rows.
 void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
@@ -345,6 +359,31 @@ const bool kRegistered = [] {
             BM_GemmNT, t, isa, m, 2048, 2048, true)
             ->ComputeStatistics("max", MaxOf);
       }
+    }
+  }
+  // Training GEMMs of train_bench's 15.7M model (1024 tokens; d 384, kv 128, ffn 1024, vocab
+  // 8192 in chunks) and of the 1.1B model's prefill-sized steps (512 tokens; d 2048, ffn 8192):
+  // forward x·Wᵀ (NT), dX = dY·W (NN), dW = dYᵀ·X (TN), OpenBLAS vs the packed GEMM.
+  struct TrainShape {
+    int64_t tokens, out, in;
+  };
+  const std::vector<TrainShape> train = {{1024, 384, 384}, {1024, 128, 384}, {1024, 1024, 384},
+                                         {1024, 384, 1024}, {1024, 8192, 384}, {512, 2048, 2048},
+                                         {512, 8192, 2048}, {512, 2048, 8192}};
+  using cpu::gemm_internal::SgemmPath;
+  for (const TrainShape& t : train) {
+    for (SgemmPath path : {SgemmPath::kBlas, SgemmPath::kPacked, SgemmPath::kAuto}) {
+      const std::string tag = absl::StrCat(cpu::gemm_internal::SgemmPathName(path), "/t:", t.tokens,
+                                           "/out:", t.out, "/in:", t.in);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/fwd_nt_", tag).c_str(), BM_TrainGemm, path,
+                                   false, true, t.tokens, t.out, t.in)
+          ->ComputeStatistics("max", MaxOf);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/dx_nn_", tag).c_str(), BM_TrainGemm, path,
+                                   false, false, t.tokens, t.in, t.out)
+          ->ComputeStatistics("max", MaxOf);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/dw_tn_", tag).c_str(), BM_TrainGemm, path,
+                                   true, false, t.out, t.in, t.tokens)
+          ->ComputeStatistics("max", MaxOf);
     }
   }
   // Compute peak (register-only loops).

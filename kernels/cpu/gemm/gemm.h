@@ -78,6 +78,14 @@ GemmIsa BestGemmIsa();
 void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                    const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
 
+// SgemmStrided's routes: kAuto (what SgemmStrided does), always OpenBLAS, always the packed
+// GEMM (PackedSgemm at BestPackedIsa()).
+enum class SgemmPath { kAuto, kBlas, kPacked };
+const char* SgemmPathName(SgemmPath path);
+void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float* c, int64_t ldc, float beta);
+
 }  // namespace gemm_internal
 }  // namespace cctune::cpu
 

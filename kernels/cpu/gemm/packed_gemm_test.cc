@@ -146,6 +146,95 @@ TEST_P(PackedGemmTest, ZeroKScalesC) {
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(c.f32()[i], static_cast<float>(-2.0 * c.stored[i]));
 }
 
+// PackedSgemm (f32, the training GEMMs' transposed operands): every (trans_a, trans_b), sizes
+// around the tile and k-block edges, NaN-padded strides, beta 0 / 1 / 0.5, against fp64
+// within the same k·eps32 bound as the NT path.
+void CheckSgemmCase(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    int64_t pad, float beta, uint64_t seed) {
+  Generator gen(seed);
+  // Stored shapes: A [m, k] or [k, m]; B [k, n] or [n, k].
+  Operand a(trans_a ? k : m, trans_a ? m : k, (trans_a ? m : k) + pad, DType::kF32, &gen);
+  Operand b(trans_b ? n : k, trans_b ? k : n, (trans_b ? k : n) + pad + 1, DType::kF32, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedSgemm(isa, trans_a, trans_b, m, n, k, a.f32(), a.ld, b.f32(), b.ld, c.f32(), c.ld, beta);
+  const double tol = kEps32 * (k / 4.0 + 8.0);
+  const std::string what = absl::StrCat(PackedIsaName(isa), " trans_a=", trans_a, " trans_b=",
+                                        trans_b, " m=", m, " n=", n, " k=", k, " pad=", pad,
+                                        " beta=", beta);
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i) {
+    for (int64_t j = 0; j < c.ld && failures < 5; ++j) {
+      const double got = c.Get(i, j);
+      if (j >= n) {
+        if (!std::isnan(got)) {
+          ADD_FAILURE() << what << ": padding C[" << i << "," << j << "] written";
+          ++failures;
+        }
+        continue;
+      }
+      double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+      for (int64_t q = 0; q < k; ++q) {
+        const double av = trans_a ? a.stored[q * m + i] : a.stored[i * k + q];
+        const double bv = trans_b ? b.stored[j * k + q] : b.stored[q * n + j];
+        want += av * bv;
+        scale += std::fabs(av * bv);
+      }
+      const auto near = testing::FloatNear(got, want, 0, 0, tol * scale + 1e-30);
+      if (!near) {
+        ADD_FAILURE() << what << ": C[" << i << "," << j << "] " << near.message();
+        ++failures;
+      }
+    }
+  }
+}
+
+// The f32 path of a level (PackedSgemm has no bf16 dot path).
+PackedIsa F32PathOf(IsaLevel level) {
+  const PackedIsa isa = PathOf(level);
+  return isa == PackedIsa::kAvx512Bf16 ? PackedIsa::kAvx512 : isa;
+}
+
+TEST_P(PackedGemmTest, SgemmTransposedOperandsMatchFp64) {
+  const PackedIsa isa = F32PathOf(GetParam());
+  ASSERT_TRUE(PackedIsaSupported(isa));
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  uint64_t seed = 100;
+  int cases = 0;
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      for (int64_t m : {int64_t{1}, int64_t{bl.mr + 1}, int64_t{2 * bl.mr + 5}}) {
+        for (int64_t n : {int64_t{1}, int64_t{bl.nr - 1}, int64_t{2 * bl.nr + 3}}) {
+          for (int64_t k : {int64_t{1}, int64_t{17}, bl.kc + 3}) {
+            for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 2}}) {
+              CheckSgemmCase(isa, trans_a, trans_b, m, n, k, pad, beta, seed++);
+              if (HasFailure()) return;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 3 * 3 * 3 * 3);
+}
+
+// A training-sized dW (dYᵀ·X, several m blocks and k blocks) and dX (dY·W, n blocks).
+TEST_P(PackedGemmTest, SgemmCrossesCacheBlocks) {
+  const PackedIsa isa = F32PathOf(GetParam());
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  CheckSgemmCase(isa, true, false, bl.mc + bl.mr + 3, 2 * bl.nr + 3, 2 * bl.kc + 5, 1, 1.f, 21);
+  CheckSgemmCase(isa, false, false, 9, bl.nc + bl.nr + 5, 40, 0, 0.f, 22);
+}
+
+TEST(PackedSgemmTest, ZeroKScalesC) {
+  Generator gen(6);
+  Operand c(2, 3, 3, DType::kF32, &gen);
+  const float x = 1.f;
+  PackedSgemm(PackedIsa::kScalar, true, false, 2, 3, 0, &x, 2, &x, 3, c.f32(), c.ld, 0.5f);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(c.f32()[i], static_cast<float>(0.5 * c.stored[i]));
+}
+
 CCTUNE_INSTANTIATE_ISA_LEVELS(PackedGemmTest);
 
 TEST(PackedGemmBlockingTest, BlocksAreWholeTilesAndSteps) {
