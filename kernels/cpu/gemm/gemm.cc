@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <type_traits>
@@ -971,7 +972,11 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
       // Measured (gemm_bench SmallM / Prefill, 2026-12-02, loaded 2-core Xeon VM): the packed
       // GEMM (kPacked) within noise of this route, up to ~12% behind at m = 512, so it
       // stays opt-in until a quiet machine says otherwise.
-      BlasGemmNT(p);
+      if (b_dtype == DType::kF32 && LargeGemmRoute() == SgemmPath::kPacked) {
+        PackedGemmNT(BestPackedIsa(), m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
+      } else {
+        BlasGemmNT(p);
+      }
     } else {
       StreamGemmNT(BestGemmIsa(), p);
     }
@@ -995,6 +1000,14 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const 
 }
 
 namespace gemm_internal {
+namespace {
+std::atomic<int> g_large_route{static_cast<int>(SgemmPath::kAuto)};
+}  // namespace
+
+SgemmPath SetLargeGemmRoute(SgemmPath route) {
+  return static_cast<SgemmPath>(g_large_route.exchange(static_cast<int>(route)));
+}
+SgemmPath LargeGemmRoute() { return static_cast<SgemmPath>(g_large_route.load()); }
 
 const char* SgemmPathName(SgemmPath path) {
   switch (path) {
@@ -1027,6 +1040,7 @@ void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m,
     StreamGemmNT(BestGemmIsa(), p);
     return;
   }
+  if (path == SgemmPath::kAuto) path = LargeGemmRoute();
   if (path == SgemmPath::kPacked) {
     PackedSgemm(BestPackedIsa(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
     return;

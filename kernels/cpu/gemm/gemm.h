@@ -82,6 +82,12 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
 // GEMM (PackedSgemm at BestPackedIsa()).
 enum class SgemmPath { kAuto, kBlas, kPacked };
 const char* SgemmPathName(SgemmPath path);
+// Process-wide: what kAuto does past the streaming kernel's rows (GemmNT's large m, f32 B, and
+// SgemmStrided): kAuto = this library's measured choice; kBlas / kPacked force that route (for
+// benchmarks that compare whole training steps new vs old in one process). Returns the
+// previous setting.
+SgemmPath SetLargeGemmRoute(SgemmPath route);
+SgemmPath LargeGemmRoute();
 void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n,
                           int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                           float* c, int64_t ldc, float beta);
