@@ -1,5 +1,9 @@
 #include "benchmarks/cpu_peak.h"
 
+// GCC 12's AVX-512 intrinsic headers trip a false -Wmaybe-uninitialized (GCC PR105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,11 +40,11 @@ __attribute__((target("fma"))) float DependentFma(int64_t iters) {
 
 // 12 independent accumulator chains in named variables (an array would live on the stack,
 // each FMA then waiting on a store and a load), one FMA per chain per iteration.
-#define CCTUNE_PEAK_CHAINS(V, SET1, FMA, SUM)                                           \
+#define CCTUNE_PEAK_CHAINS(V, SET1, FMA, SUM, XV, X, Y)                                 \
   V a0 = SET1(0.f), a1 = SET1(1.f), a2 = SET1(2.f), a3 = SET1(3.f), a4 = SET1(4.f),    \
     a5 = SET1(5.f), a6 = SET1(6.f), a7 = SET1(7.f), a8 = SET1(8.f), a9 = SET1(9.f),    \
     a10 = SET1(10.f), a11 = SET1(11.f);                                                \
-  const V x = SET1(0.999f), y = SET1(1e-3f);                                           \
+  const XV x = X, y = Y;                                                               \
   for (int64_t t = 0; t < iters; ++t) {                                                \
     a0 = FMA(a0, x, y), a1 = FMA(a1, x, y), a2 = FMA(a2, x, y), a3 = FMA(a3, x, y);    \
     a4 = FMA(a4, x, y), a5 = FMA(a5, x, y), a6 = FMA(a6, x, y), a7 = FMA(a7, x, y);    \
@@ -49,21 +53,36 @@ __attribute__((target("fma"))) float DependentFma(int64_t iters) {
   return SUM(a0) + SUM(a1) + SUM(a2) + SUM(a3) + SUM(a4) + SUM(a5) + SUM(a6) + SUM(a7) + \
          SUM(a8) + SUM(a9) + SUM(a10) + SUM(a11)
 
-__attribute__((target("avx512f"))) float Chains512(int64_t iters) {
-  CCTUNE_PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_reduce_add_ps);
-}
-
 __attribute__((target("avx2,fma"))) float First256(__m256 v) {
   return _mm_cvtss_f32(_mm256_castps256_ps128(v));
 }
-__attribute__((target("avx2,fma"))) float Chains256(int64_t iters) {
-  CCTUNE_PEAK_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, First256);
+__attribute__((target("fma"))) __m128 Set1Ss(float f) { return _mm_set_ss(f); }
+
+}  // namespace
+
+__attribute__((target("avx512f"))) float FmaChainsZmm(int64_t iters) {
+  CCTUNE_PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_reduce_add_ps, __m512,
+                     _mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
 }
 
-__attribute__((target("fma"))) __m128 Set1Ss(float f) { return _mm_set_ss(f); }
-__attribute__((target("fma"))) float Chains32(int64_t iters) {
-  CCTUNE_PEAK_CHAINS(__m128, Set1Ss, _mm_fmadd_ss, _mm_cvtss_f32);
+__attribute__((target("avx2,fma"))) float FmaChainsYmm(int64_t iters) {
+  CCTUNE_PEAK_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, First256, __m256,
+                     _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-3f));
 }
+
+__attribute__((target("fma"))) float FmaChainsScalar(int64_t iters) {
+  CCTUNE_PEAK_CHAINS(__m128, Set1Ss, _mm_fmadd_ss, _mm_cvtss_f32, __m128, Set1Ss(0.999f),
+                     Set1Ss(1e-3f));
+}
+
+// x = (1, 1), y = (~1e-3, ~1e-3) as bf16 pairs.
+__attribute__((target("avx512f,avx512bf16"))) float DpbfChainsZmm(int64_t iters) {
+  CCTUNE_PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_dpbf16_ps, _mm512_reduce_add_ps, __m512bh,
+                     (__m512bh)_mm512_set1_epi32(0x3f803f80),
+                     (__m512bh)_mm512_set1_epi32(0x3a833a83));
+}
+
+namespace {
 #undef CCTUNE_PEAK_CHAINS
 
 // Best (shortest) thread-CPU seconds per iteration of fn over a few repetitions.
@@ -113,13 +132,13 @@ FmaPeak MeasureFmaPeak(int threads) {
   }
   constexpr int64_t kLatencyIters = 20'000'000, kChainIters = 4'000'000;
   p.clock_ghz = kFmaLatencyCycles / BestSecondsPerIter(DependentFma, kLatencyIters) / 1e9;
-  float (*chains)(int64_t) = Chains32;
+  float (*chains)(int64_t) = FmaChainsScalar;
   p.lanes = 1;
   if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) {
-    chains = Chains512;
+    chains = FmaChainsZmm;
     p.lanes = 16;
   } else {
-    chains = Chains256;
+    chains = FmaChainsYmm;
     p.lanes = 8;
   }
   const double secs_per_fma = BestSecondsPerIter(chains, kChainIters) / kChains;

@@ -8,6 +8,7 @@
 #ifndef CCTUNE_BENCHMARKS_CPU_PEAK_H_
 #define CCTUNE_BENCHMARKS_CPU_PEAK_H_
 
+#include <cstdint>
 #include <string>
 
 namespace cctune::bench {
@@ -22,6 +23,16 @@ struct FmaPeak {
   double gflops = 0;          // threads × units × lanes × 2 × clock
   std::string Describe() const;  // the formula with its numbers
 };
+
+// Register-only loops: 12 independent accumulator chains (in named variables, so nothing
+// spills), one instruction per chain per iteration, 12 · iters instructions in all; each
+// returns a sum of its accumulators so nothing is optimised away. Call one only where its
+// instructions exist: f32 FMA on zmm (AVX-512F), ymm and scalar (FMA), vdpbf16ps on zmm
+// (AVX512_BF16; 2 FMAs, 4 flops, per lane).
+float FmaChainsZmm(int64_t iters);
+float FmaChainsYmm(int64_t iters);
+float FmaChainsScalar(int64_t iters);
+float DpbfChainsZmm(int64_t iters);
 
 // Measures once per process (about 0.3 s) for `threads` threads at the active ISA level
 // (kernels/cpu/isa.h: avx512 -> zmm, avx2 -> ymm, scalar -> scalar FMA).

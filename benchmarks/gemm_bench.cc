@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "benchmarks/cpu_peak.h"
 #include "benchmarks/stream.h"
 #include "core/dtype.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -183,67 +184,9 @@ void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
 
 // ---- Compute peak: independent accumulator chains in registers, no memory traffic. ----
 
-constexpr int kPeakChains = 12;  // > latency x issue width of FMA / vdpbf16ps
+constexpr int kPeakChains = 12;  // benchmarks/cpu_peak.h's chains: > latency x issue width
 constexpr int64_t kPeakIters = 20'000'000;
 
-// Each chain does one instruction per iteration; the asm barrier keeps every chain live in
-// its register (no folding, no spilling). Returns a sum so nothing is optimised away.
-__attribute__((target("avx512f"))) float PeakFma512(int64_t iters) {
-  __m512 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-      __asm__("" : "+v"(acc[i]));
-    }
-  }
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float PeakFma256(int64_t iters) {
-  __m256 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-      __asm__("" : "+x"(acc[i]));
-    }
-  }
-  alignas(32) float out[8];
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) {
-    _mm256_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) float PeakDpbf16(int64_t iters) {
-  __m512 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
-  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // (~1e-3, ~1e-3)
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
-      __asm__("" : "+v"(acc[i]));
-    }
-  }
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  return s;
-}
-
-// GFLOP/s of `fn` run on every OpenMP thread at once (best of 3): the sum over threads of
-// flops / that thread's CPU seconds, so time the OS gave to other processes does not count.
-// flops_per_iter: 2 per f32 FMA lane, 4 per vdpbf16ps lane (two products, two adds).
 double MeasurePeak(float (*fn)(int64_t), double flops_per_iter) {
   volatile float sink = 0;
   double best = 0;
@@ -273,10 +216,10 @@ struct ComputePeak {
 const ComputePeak& MeasuredComputePeak() {
   static const ComputePeak peak = [] {
     ComputePeak p;
-    if (cpu::IsaSupported(cpu::IsaLevel::kAvx2)) p.fma256 = MeasurePeak(PeakFma256, 12 * 8 * 2);
-    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) p.fma512 = MeasurePeak(PeakFma512, 12 * 16 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx2)) p.fma256 = MeasurePeak(bench::FmaChainsYmm, 12 * 8 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) p.fma512 = MeasurePeak(bench::FmaChainsZmm, 12 * 16 * 2);
     if (cpu::IsaSupported(cpu::IsaLevel::kAvx512Bf16)) {
-      p.dpbf16 = MeasurePeak(PeakDpbf16, 12 * 16 * 4);
+      p.dpbf16 = MeasurePeak(bench::DpbfChainsZmm, 12 * 16 * 4);
     }
     std::printf(
         "measured compute peak (%d threads, GFLOP/s): f32 FMA zmm %.1f, f32 FMA ymm %.1f, "

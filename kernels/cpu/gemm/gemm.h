@@ -9,7 +9,10 @@
 // panels first. The blocked, packed GEMM of packed_gemm.h (BLIS-style cache blocking, B
 // converted to f32 while packing, f32 FMA micro-kernels at the CPU's level) is the kPacked
 // path: measured within noise of the OpenBLAS route on the (loaded) 2-core Xeon, it is not
-// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm.
+// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm (OpenBLAS, the streaming
+// kernel for A·Bᵀ with few rows); PackedSgemm covers its transposed cases too (the training
+// GEMMs dY·W and dYᵀ·X) and SetLargeGemmRoute switches every large GEMM to it, but on the
+// training shapes measured it was behind OpenBLAS (benchmarks/README.md, train_bench).
 //
 // kAuto never rounds A to bf16. On the AVX-512 BF16 Xeon measured, vdpbf16ps also issues at
 // half the rate of f32 FMA (32 vs 64 flops / cycle / core, benchmarks/README.md), so the
