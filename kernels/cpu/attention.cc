@@ -16,9 +16,11 @@ namespace {
 constexpr int64_t kBlockKeys = 64;      // keys per online-softmax step
 constexpr int64_t kTileRows = 32;       // target query rows (heads x positions) per unit
 constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their own
-// Tiles with at least this many rows compute QKᵀ and PV as GEMMs (kernels/cpu/gemm) instead
-// of row-by-row dot products and axpys.
+// Tiles with at least this many rows, of heads at least this long, compute QKᵀ and PV as
+// GEMMs (kernels/cpu/gemm) instead of row-by-row dot products and axpys. Shorter heads (the
+// demo model's 16) were slower through the GEMM calls (same-run A/B).
 constexpr int64_t kMinGemmRows = 8;
+constexpr int64_t kMinGemmHeadDim = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Args {
@@ -135,7 +137,7 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
     // Scores S[r, j] = (scale q_r) . k_j: one GEMM for the tile when it has enough rows
     // (kernels/cpu/gemm; inside this OpenMP region it runs on this thread), else dot products.
-    const bool gemm = rows >= kMinGemmRows && !a.single_row_units;
+    const bool gemm = rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units;
     if (gemm && RowsLd(kp, nk, hd) >= hd) {
       GemmNT(rows, nk, hd, qf, hd, kp[0], DType::kF32, RowsLd(kp, nk, hd), s, kBlockKeys, 0.f);
     } else {

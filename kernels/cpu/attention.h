@@ -6,7 +6,7 @@
 // into units of (batch, kv head, tile of query positions) covering all n_h / n_kv query heads
 // of the group, so each K/V block is read once for the whole group. Each unit runs an online
 // (streaming) softmax in f32 over 64-key blocks; a unit of 8 or more query rows (heads x
-// positions) computes each block's scores QKᵀ and its P·V as two small GEMMs
+// positions) with h_d >= 32 computes each block's scores QKᵀ and its P·V as two small GEMMs
 // (kernels/cpu/gemm, on the unit's thread), smaller ones (decode) by dot products. Measured
 // on the 15.7M training benchmark's forward (1 thread, loaded Xeon, min of 3 alternating runs):
 // 170 -> 125 ms per step. When there are fewer units than threads
