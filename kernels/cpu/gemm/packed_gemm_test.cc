@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,19 +61,11 @@ struct Operand {
   float* f32() { return reinterpret_cast<float*>(buf.data()); }
 };
 
-// Runs PackedGemmNT(isa) on one case and checks every element of C against the fp64 result
-// within tol·(sum_k |a·b| + |beta·c|), and that C's padding stays NaN (never written).
-void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
-               float beta, uint64_t seed) {
-  Generator gen(seed);
-  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
-  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
-  const std::vector<double> c0 = c.stored;
-  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
-  // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
-  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
-  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
-                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+// Checks every element of C [m, n] (row stride c.ld) against want(i, j) = {fp64 value, scale}
+// within tol·scale, and that C's padding columns stayed NaN (never written).
+template <typename Want>
+void ExpectMatches(const Operand& c, int64_t m, int64_t n, double tol, const std::string& what,
+                   Want want) {
   int failures = 0;
   for (int64_t i = 0; i < m && failures < 5; ++i) {
     for (int64_t j = 0; j < c.ld && failures < 5; ++j) {
@@ -84,19 +77,38 @@ void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int6
         }
         continue;
       }
-      double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
-      for (int64_t q = 0; q < k; ++q) {
-        const double prod = a.stored[i * k + q] * b.stored[j * k + q];
-        want += prod;
-        scale += std::fabs(prod);
-      }
-      const auto near = testing::FloatNear(got, want, 0, 0, tol * scale + 1e-30);
+      const auto [value, scale] = want(i, j);
+      const auto near = testing::FloatNear(got, value, 0, 0, tol * scale + 1e-30);
       if (!near) {
         ADD_FAILURE() << what << ": C[" << i << "," << j << "] " << near.message();
         ++failures;
       }
     }
   }
+}
+
+// Runs PackedGemmNT(isa) on one case and checks C against the fp64 result within
+// tol·(sum_k |a·b| + |beta·c|) (ExpectMatches).
+void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
+               float beta, uint64_t seed) {
+  Generator gen(seed);
+  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
+  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
+  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
+                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
+    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+    for (int64_t q = 0; q < k; ++q) {
+      const double prod = a.stored[i * k + q] * b.stored[j * k + q];
+      want += prod;
+      scale += std::fabs(prod);
+    }
+    return std::pair<double, double>{want, scale};
+  });
 }
 
 class PackedGemmTest : public testing::IsaLevelTest {};
@@ -162,31 +174,16 @@ void CheckSgemmCase(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_
   const std::string what = absl::StrCat(PackedIsaName(isa), " trans_a=", trans_a, " trans_b=",
                                         trans_b, " m=", m, " n=", n, " k=", k, " pad=", pad,
                                         " beta=", beta);
-  int failures = 0;
-  for (int64_t i = 0; i < m && failures < 5; ++i) {
-    for (int64_t j = 0; j < c.ld && failures < 5; ++j) {
-      const double got = c.Get(i, j);
-      if (j >= n) {
-        if (!std::isnan(got)) {
-          ADD_FAILURE() << what << ": padding C[" << i << "," << j << "] written";
-          ++failures;
-        }
-        continue;
-      }
-      double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
-      for (int64_t q = 0; q < k; ++q) {
-        const double av = trans_a ? a.stored[q * m + i] : a.stored[i * k + q];
-        const double bv = trans_b ? b.stored[j * k + q] : b.stored[q * n + j];
-        want += av * bv;
-        scale += std::fabs(av * bv);
-      }
-      const auto near = testing::FloatNear(got, want, 0, 0, tol * scale + 1e-30);
-      if (!near) {
-        ADD_FAILURE() << what << ": C[" << i << "," << j << "] " << near.message();
-        ++failures;
-      }
+  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
+    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+    for (int64_t q = 0; q < k; ++q) {
+      const double av = trans_a ? a.stored[q * m + i] : a.stored[i * k + q];
+      const double bv = trans_b ? b.stored[j * k + q] : b.stored[q * n + j];
+      want += av * bv;
+      scale += std::fabs(av * bv);
     }
-  }
+    return std::pair<double, double>{want, scale};
+  });
 }
 
 // The f32 path of a level (PackedSgemm has no bf16 dot path).
