@@ -30,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "benchmarks/cpu_peak.h"
 #include "benchmarks/stream.h"
 #include "core/dtype.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -143,6 +144,20 @@ void BM_GemmNT(benchmark::State& state, DType dtype, GemmIsa isa, int64_t m, int
       2.0 * m * n * k * static_cast<double>(state.iterations()) / cpu_per_thread * 1e-9;
 }
 
+// SgemmStrided on one route at a training shape (trans flags as SgemmStrided's).
+void BM_TrainGemm(benchmark::State& state, cpu::gemm_internal::SgemmPath path, bool trans_a,
+                  bool trans_b, int64_t m, int64_t n, int64_t k) {
+  Buffer a(m * k, DType::kF32), b(n * k, DType::kF32), c(m * n, DType::kF32);
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    cpu::gemm_internal::SgemmStridedWithPath(path, trans_a, trans_b, m, n, k, a.f32(), lda, b.f32(),
+                                             ldb, c.f32(), n, 0.f);
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, Seconds(t0), 2.0 * m * n * k, 0);
+}
+
 // OpenBLAS's own GEMV on f32 weights, rows split over OpenMP threads (this library keeps
 // OpenBLAS single-threaded), as a baseline for the m = 1 rows.
 void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
@@ -169,67 +184,9 @@ void BM_CblasSgemv(benchmark::State& state, int64_t n, int64_t k) {
 
 // ---- Compute peak: independent accumulator chains in registers, no memory traffic. ----
 
-constexpr int kPeakChains = 12;  // > latency x issue width of FMA / vdpbf16ps
+constexpr int kPeakChains = 12;  // benchmarks/cpu_peak.h's chains: > latency x issue width
 constexpr int64_t kPeakIters = 20'000'000;
 
-// Each chain does one instruction per iteration; the asm barrier keeps every chain live in
-// its register (no folding, no spilling). Returns a sum so nothing is optimised away.
-__attribute__((target("avx512f"))) float PeakFma512(int64_t iters) {
-  __m512 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-      __asm__("" : "+v"(acc[i]));
-    }
-  }
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float PeakFma256(int64_t iters) {
-  __m256 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-3f);
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-      __asm__("" : "+x"(acc[i]));
-    }
-  }
-  alignas(32) float out[8];
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) {
-    _mm256_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) float PeakDpbf16(int64_t iters) {
-  __m512 acc[kPeakChains];
-  for (int i = 0; i < kPeakChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
-  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x3a833a83);  // (~1e-3, ~1e-3)
-  for (int64_t t = 0; t < iters; ++t) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kPeakChains; ++i) {
-      acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
-      __asm__("" : "+v"(acc[i]));
-    }
-  }
-  float s = 0;
-  for (int i = 0; i < kPeakChains; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  return s;
-}
-
-// GFLOP/s of `fn` run on every OpenMP thread at once (best of 3): the sum over threads of
-// flops / that thread's CPU seconds, so time the OS gave to other processes does not count.
-// flops_per_iter: 2 per f32 FMA lane, 4 per vdpbf16ps lane (two products, two adds).
 double MeasurePeak(float (*fn)(int64_t), double flops_per_iter) {
   volatile float sink = 0;
   double best = 0;
@@ -259,10 +216,10 @@ struct ComputePeak {
 const ComputePeak& MeasuredComputePeak() {
   static const ComputePeak peak = [] {
     ComputePeak p;
-    if (cpu::IsaSupported(cpu::IsaLevel::kAvx2)) p.fma256 = MeasurePeak(PeakFma256, 12 * 8 * 2);
-    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) p.fma512 = MeasurePeak(PeakFma512, 12 * 16 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx2)) p.fma256 = MeasurePeak(bench::FmaChainsYmm, 12 * 8 * 2);
+    if (cpu::IsaSupported(cpu::IsaLevel::kAvx512)) p.fma512 = MeasurePeak(bench::FmaChainsZmm, 12 * 16 * 2);
     if (cpu::IsaSupported(cpu::IsaLevel::kAvx512Bf16)) {
-      p.dpbf16 = MeasurePeak(PeakDpbf16, 12 * 16 * 4);
+      p.dpbf16 = MeasurePeak(bench::DpbfChainsZmm, 12 * 16 * 4);
     }
     std::printf(
         "measured compute peak (%d threads, GFLOP/s): f32 FMA zmm %.1f, f32 FMA ymm %.1f, "
@@ -345,6 +302,31 @@ const bool kRegistered = [] {
             BM_GemmNT, t, isa, m, 2048, 2048, true)
             ->ComputeStatistics("max", MaxOf);
       }
+    }
+  }
+  // Training GEMMs of train_bench's 15.7M model (1024 tokens; d 384, kv 128, ffn 1024, vocab
+  // 8192 in chunks) and of the 1.1B model's prefill-sized steps (512 tokens; d 2048, ffn 8192):
+  // forward x·Wᵀ (NT), dX = dY·W (NN), dW = dYᵀ·X (TN), OpenBLAS vs the packed GEMM.
+  struct TrainShape {
+    int64_t tokens, out, in;
+  };
+  const std::vector<TrainShape> train = {{1024, 384, 384}, {1024, 128, 384}, {1024, 1024, 384},
+                                         {1024, 384, 1024}, {1024, 8192, 384}, {512, 2048, 2048},
+                                         {512, 8192, 2048}, {512, 2048, 8192}};
+  using cpu::gemm_internal::SgemmPath;
+  for (const TrainShape& t : train) {
+    for (SgemmPath path : {SgemmPath::kBlas, SgemmPath::kPacked, SgemmPath::kAuto}) {
+      const std::string tag = absl::StrCat(cpu::gemm_internal::SgemmPathName(path), "/t:", t.tokens,
+                                           "/out:", t.out, "/in:", t.in);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/fwd_nt_", tag).c_str(), BM_TrainGemm, path,
+                                   false, true, t.tokens, t.out, t.in)
+          ->ComputeStatistics("max", MaxOf);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/dx_nn_", tag).c_str(), BM_TrainGemm, path,
+                                   false, false, t.tokens, t.in, t.out)
+          ->ComputeStatistics("max", MaxOf);
+      benchmark::RegisterBenchmark(absl::StrCat("Train/dw_tn_", tag).c_str(), BM_TrainGemm, path,
+                                   true, false, t.out, t.in, t.tokens)
+          ->ComputeStatistics("max", MaxOf);
     }
   }
   // Compute peak (register-only loops).

@@ -120,6 +120,8 @@ TEST_P(AttentionTest, MatchesReference) {
       {2, 4, 2, 5, 19, 16},    // chunked prefill: s_q < s_kv
       {1, 2, 1, 9, 4, 8},      // s_q > s_kv: causal leaves the first rows empty
       {1, 2, 2, 100, 100, 4},  // several query tiles and key blocks
+      {1, 4, 2, 70, 130, 32},  // the tile GEMMs (>= 8 rows, h_d >= 32): tiles, key blocks
+      {1, 4, 1, 12, 5, 40},    // the tile GEMMs with rows that see no key (s_q > s_kv)
       {1, 1, 1, 1, 1, 1},
   };
   for (const Dims& d : dims) {

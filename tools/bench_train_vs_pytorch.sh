@@ -1,27 +1,50 @@
 #!/bin/bash
 # Training throughput, cctune (benchmarks/train_bench) vs PyTorch eager with torchtune's model
 # (tools/golden/bench_train_pytorch.py), same model, data shape, step and thread count; prints
-# both and the ratio. Run from the workspace root:
-#   tools/bench_train_vs_pytorch.sh [steps] [threads]
-# Env: BAZEL_OUTPUT_BASE (bazel --output_base, optional), PYTHON (default python3).
+# both, cctune's step profile, the peak RSS of both processes and the ratio. With rounds > 1
+# the two alternate (cctune, PyTorch, cctune, ...) so that both see the same machine load,
+# and each round's ratio is printed. Run from the workspace root:
+#   tools/bench_train_vs_pytorch.sh [steps] [threads] [rounds]
+# Env: BAZEL_OUTPUT_BASE (bazel --output_base, optional), PYTHON (default python3),
+# CCTUNE_CPU_ISA (e.g. avx2: cctune's kernels at that level; OpenBLAS is then pointed at its
+# Haswell kernels with OPENBLAS_CORETYPE unless that is set, so the whole step runs AVX2 as on
+# an AVX2-only machine).
 set -euo pipefail
 steps="${1:-5}"
 threads="${2:-$(nproc)}"
+rounds="${3:-1}"
 bazel_cmd=(bazel)
 if [[ -n "${BAZEL_OUTPUT_BASE:-}" ]]; then bazel_cmd+=("--output_base=${BAZEL_OUTPUT_BASE}"); fi
 "${bazel_cmd[@]}" build -c opt //benchmarks:train_bench >&2
 bin="$("${bazel_cmd[@]}" info -c opt bazel-bin 2>/dev/null)/benchmarks/train_bench"
+if [[ "${CCTUNE_CPU_ISA:-}" == "avx2" && -z "${OPENBLAS_CORETYPE:-}" ]]; then
+  export OPENBLAS_CORETYPE=Haswell
+fi
 args=(--steps "${steps}" --warmup 1 --threads "${threads}")
-echo "== cctune =="
-cc_out="$(OMP_NUM_THREADS="${threads}" "${bin}" "${args[@]}")"
-echo "${cc_out}"
-echo "== PyTorch eager =="
-py_out="$("${PYTHON:-python3}" tools/golden/bench_train_pytorch.py "${args[@]}" 2>/dev/null)"
-echo "${py_out}"
+py="${PYTHON:-python3}"
+have_torch=1
+if ! "${py}" -c 'import torch, torchtune' 2>/dev/null; then
+  have_torch=0
+  echo "(PyTorch eager skipped: ${py} cannot import torch and torchtune)"
+fi
 field() { echo "$1" | sed -n "s/^RESULT .*$2=\([0-9.]*\).*/\1/p"; }
-cc_tps="$(field "${cc_out}" tokens_per_s)"
-py_tps="$(field "${py_out}" tokens_per_s)"
-printf '%-16s %12s %10s\n' "" "tokens/s" "GFLOP/s"
-printf '%-16s %12s %10s\n' "cctune" "${cc_tps}" "$(field "${cc_out}" gflops)"
-printf '%-16s %12s %10s\n' "pytorch eager" "${py_tps}" "$(field "${py_out}" gflops)"
-awk -v a="${cc_tps}" -v b="${py_tps}" 'BEGIN { printf "ratio cctune / pytorch: %.2fx\n", a / b }'
+for ((round = 1; round <= rounds; ++round)); do
+  echo "== round ${round}: cctune =="
+  cc_out="$(OMP_NUM_THREADS="${threads}" "${bin}" "${args[@]}")"
+  echo "${cc_out}"
+  py_out=""
+  if ((have_torch)); then
+    echo "== round ${round}: PyTorch eager =="
+    py_out="$("${py}" tools/golden/bench_train_pytorch.py "${args[@]}" 2>/dev/null)"
+    echo "${py_out}"
+  fi
+  printf '%-16s %12s %10s %14s\n' "" "tokens/s" "GFLOP/s" "peak RSS MiB"
+  printf '%-16s %12s %10s %14s\n' "cctune" "$(field "${cc_out}" tokens_per_s)" \
+    "$(field "${cc_out}" gflops)" "$(field "${cc_out}" peak_rss_mib)"
+  if ((have_torch)); then
+    printf '%-16s %12s %10s %14s\n' "pytorch eager" "$(field "${py_out}" tokens_per_s)" \
+      "$(field "${py_out}" gflops)" "$(field "${py_out}" peak_rss_mib)"
+    awk -v a="$(field "${cc_out}" tokens_per_s)" -v b="$(field "${py_out}" tokens_per_s)" \
+      -v r="${round}" 'BEGIN { printf "round %d ratio cctune / pytorch: %.2fx\n", r, a / b }'
+  fi
+done

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/cpu/op_profile.h"
 #include "kernels/ops.h"
 #include "modules/attention.h"
 #include "modules/feed_forward.h"
@@ -258,7 +260,9 @@ absl::StatusOr<DecoderTrainer::Batch> DecoderTrainer::PrepareBatch(const Tensor&
 absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& labels,
                                             const Tensor* mask, const Tensor* input_pos,
                                             bool backward, double normalizer) {
+  std::optional<cpu::ScopedOpTimer> data_timer(std::in_place, cpu::OpCategory::kData, 0, 0);
   CCTUNE_ASSIGN_OR_RETURN(Batch bt, PrepareBatch(tokens, labels, mask, input_pos));
+  data_timer.reset();
   const int64_t b = bt.b, s = bt.s, n = b * s, d = model_->embed_dim();
   const int64_t v = model_->vocab_size();
   const Device& dev = bt.device;
@@ -283,7 +287,9 @@ absl::StatusOr<LossSum> DecoderTrainer::Run(const Tensor& tokens, const Tensor& 
   // Counted on the caller's labels: free when they are on the host (the recipes' case), one
   // copy when they were passed on the device.
   LossSum result;
+  data_timer.emplace(cpu::OpCategory::kData, 0, 0);
   CCTUNE_ASSIGN_OR_RETURN(result.num_valid, CountValidLabels(labels));
+  data_timer.reset();
   if (normalizer <= 0) normalizer = static_cast<double>(result.num_valid);
   // With sharded parameters every rank runs the backward's collectives, labels or not.
   const bool do_backward = backward && (result.num_valid > 0 || model_->has_parameter_hook());

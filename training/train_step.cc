@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/cpu/op_profile.h"
 #include "training/optimizer_in_backward.h"
 
 namespace cctune {
@@ -108,6 +109,8 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
   if (dp != nullptr) {
     CCTUNE_ASSIGN_OR_RETURN(loss_sum, dp->sum_over_ranks(loss_sum));
   }
+  // The norm, clip and update ops below count as the optimizer in the step profile.
+  const cpu::ScopedOpCategory profile_as(cpu::OpCategory::kOptimizer);
   result.loss = loss_sum / static_cast<double>(result.num_tokens);
   if (const auto* in_bwd = dynamic_cast<const OptimizerInBackward*>(&optimizer)) {
     result.grad_norm = in_bwd->grad_norm();

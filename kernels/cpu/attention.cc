@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cctune {
@@ -15,6 +16,11 @@ namespace {
 constexpr int64_t kBlockKeys = 64;      // keys per online-softmax step
 constexpr int64_t kTileRows = 32;       // target query rows (heads x positions) per unit
 constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their own
+// Tiles with at least this many rows, of heads at least this long, compute QKᵀ and PV as
+// GEMMs (kernels/cpu/gemm) instead of row-by-row dot products and axpys. Shorter heads (the
+// demo model's 16) were slower through the GEMM calls (same-run A/B).
+constexpr int64_t kMinGemmRows = 8;
+constexpr int64_t kMinGemmHeadDim = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Args {
@@ -31,6 +37,8 @@ struct Args {
   int64_t ms[3];
   float* lse;  // null: not wanted
   int64_t ls[3];
+  // Units run on the decode thread pool (s_q == 1): no GEMM calls from inside its tasks.
+  bool single_row_units = false;
 };
 
 // Per-thread buffers for one unit: rows = heads x positions of the tile.
@@ -67,6 +75,11 @@ void BlockRows(const void* base, DType t, int64_t row_stride, int64_t col_stride
     LoadF32(ElemAddr(base, t, (j0 + j) * row_stride), t, col_stride, hd, buf + j * hd);
     rows[j] = buf + j * hd;
   }
+}
+
+// The row stride of BlockRows' `n` rows (evenly spaced: in place, or converted into buf).
+int64_t RowsLd(const float* const* rows, int64_t n, int64_t hd) {
+  return n > 1 ? rows[1] - rows[0] : hd;
 }
 
 inline void Dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3,
@@ -122,13 +135,19 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     const int64_t nk = std::min(kBlockKeys, j_end - jb);
     const float** kp = sc.kp.data();
     BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
-    // Scores S[r, j] = (scale q_r) . k_j.
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* qr = qf + r * hd;
-      float* sr = s + r * kBlockKeys;
-      int64_t j = 0;
-      for (; j + 4 <= nk; j += 4) Dot4(qr, kp[j], kp[j + 1], kp[j + 2], kp[j + 3], hd, sr + j);
-      for (; j < nk; ++j) sr[j] = Dot(qr, kp[j], hd);
+    // Scores S[r, j] = (scale q_r) . k_j: one GEMM for the tile when it has enough rows
+    // (kernels/cpu/gemm; inside this OpenMP region it runs on this thread), else dot products.
+    const bool gemm = rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units;
+    if (gemm && RowsLd(kp, nk, hd) >= hd) {
+      GemmNT(rows, nk, hd, qf, hd, kp[0], DType::kF32, RowsLd(kp, nk, hd), s, kBlockKeys, 0.f);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* qr = qf + r * hd;
+        float* sr = s + r * kBlockKeys;
+        int64_t j = 0;
+        for (; j + 4 <= nk; j += 4) Dot4(qr, kp[j], kp[j + 1], kp[j + 2], kp[j + 3], hd, sr + j);
+        for (; j < nk; ++j) sr[j] = Dot(qr, kp[j], hd);
+      }
     }
     // Masks, then the online-softmax update; P overwrites S.
     bool any = false;
@@ -149,7 +168,10 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
       // The comparison skips NaN as std::fmax does, inline (fmax is a library call).
       for (int64_t j = 0; j < nk; ++j) bm = sr[j] > bm ? sr[j] : bm;
       sc.active[r] = bm != kNegInf;
-      if (!sc.active[r]) continue;  // nothing allowed for this row in this block
+      if (!sc.active[r]) {  // nothing allowed for this row in this block
+        if (gemm) std::fill(sr, sr + nk, 0.f);  // adds nothing in the PV GEMM
+        continue;
+      }
       any = true;
       const float m_new = std::max(sc.m[r], bm);
       const float corr = FastExp(sc.m[r] - m_new);
@@ -169,6 +191,12 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     if (!any) continue;
     const float** vp = sc.vp.data();
     BlockRows(vbase, a.vt, a.vs[2], a.vs[3], jb, nk, hd, sc.vbuf.data(), vp);
+    if (gemm && RowsLd(vp, nk, hd) >= hd) {
+      // acc [rows, hd] += P [rows, nk] · V [nk, hd] (P is 0 on the inactive rows).
+      SgemmStrided(false, false, rows, hd, nk, s, kBlockKeys, vp[0], RowsLd(vp, nk, hd), acc, hd,
+                   1.f);
+      continue;
+    }
     // acc_r += sum_j P[r, j] v_j, four keys per pass over acc_r.
     for (int64_t r = 0; r < rows; ++r) {
       const float* pr = s + r * kBlockKeys;
@@ -250,6 +278,7 @@ absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tens
     for (int d = 0; d < 3; ++d) a.ms[d] = options.mask->stride(d);
   }
   a.lse = nullptr;
+  a.single_row_units = a.s_q == 1;  // the decode path below
   if (lse != nullptr) {
     a.lse = lse->data<float>();
     for (int d = 0; d < 3; ++d) a.ls[d] = lse->stride(d);

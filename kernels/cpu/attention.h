@@ -5,7 +5,11 @@
 // f32 are read in place, others are converted one 64-key block at a time). Work is split
 // into units of (batch, kv head, tile of query positions) covering all n_h / n_kv query heads
 // of the group, so each K/V block is read once for the whole group. Each unit runs an online
-// (streaming) softmax in f32 over 64-key blocks. When there are fewer units than threads
+// (streaming) softmax in f32 over 64-key blocks; a unit of 8 or more query rows (heads x
+// positions) with h_d >= 32 computes each block's scores QKᵀ and its P·V as two small GEMMs
+// (kernels/cpu/gemm, on the unit's thread), smaller ones (decode) by dot products. Measured
+// on the 15.7M training benchmark's forward (1 thread, loaded Xeon, min of 3 alternating runs):
+// 170 -> 125 ms per step. When there are fewer units than threads
 // (decode: s_q = 1) the keys are split into chunks whose partial softmax results are merged.
 #ifndef CCTUNE_KERNELS_CPU_ATTENTION_H_
 #define CCTUNE_KERNELS_CPU_ATTENTION_H_

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/op_profile.h"
 
 namespace cctune {
 namespace cpu {
@@ -277,8 +278,11 @@ absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor&
   }
   if (k == 0) return absl::OkStatus();
 
+  const double gemm_flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   // dx [m, k] += dy [m, n] · w [n, k].
   if (dx != nullptr) {
+    ScopedOpTimer timer(OpCategory::kGemmBackwardDx, gemm_flops, 4.0 * (m * n + 2 * m * k) +
+                                                                 w.numel() * DTypeSize(w.dtype()));
     int64_t ldc;
     float* c = DirectRows(*dx, m, k, &ldc);
     const bool direct = c != nullptr;
@@ -314,6 +318,7 @@ absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor&
 
   // dw [n, k] += dyᵀ [n, m] · x [m, k].
   if (dw != nullptr) {
+    ScopedOpTimer timer(OpCategory::kGemmBackwardDw, gemm_flops, 4.0 * (m * n + m * k + 2 * n * k));
     FloatBuffer x_scratch;
     int64_t ldx;
     const float* xf = RowsF32(x, m, k, x_scratch, &ldx);

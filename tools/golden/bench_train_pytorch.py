@@ -8,13 +8,15 @@ step: forward, F.cross_entropy (mean), backward, clip_grad_norm_(1.0), torch.opt
 (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01; PyTorch's default foreach
 implementation), fp32, eager (no torch.compile), torch.set_num_threads(--threads).
 GFLOP/s uses the same count as train_bench.cc: 6 * (parameters - embedding table) + 12 *
-layers * seq * d per token. The last line is "RESULT tokens_per_s=... gflops=... step_ms=...".
+layers * seq * d per token. The last line is "RESULT tokens_per_s=... gflops=... step_ms=...
+peak_rss_mib=..." (the process's peak resident set, as train_bench reports its own).
 
 Usage: python3 tools/golden/bench_train_pytorch.py --steps 5 --warmup 1 --threads 2
 """
 
 import argparse
 import importlib
+import resource
 import sys
 import time
 
@@ -71,8 +73,10 @@ def main():
     secs = time.perf_counter() - t0
     tps = BATCH * SEQ * args.steps / secs
     print(f"last loss {loss:.4f}, {1e3 * secs / args.steps:.1f} ms/step")
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    print(f"peak RSS {rss_mib:.1f} MiB")
     print(f"RESULT tokens_per_s={tps:.1f} gflops={tps * flops_per_token / 1e9:.1f} "
-          f"step_ms={1e3 * secs / args.steps:.1f}")
+          f"step_ms={1e3 * secs / args.steps:.1f} peak_rss_mib={rss_mib:.1f}")
 
 
 if __name__ == "__main__":

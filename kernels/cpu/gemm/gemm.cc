@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <type_traits>
@@ -17,19 +18,8 @@
 #include "core/status.h"
 #include "kernels/cpu/gemm/packed_gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
-
-// Each SIMD path is compiled for its own instruction set through function attributes, so this
-// file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
-#define CCTUNE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define CCTUNE_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define CCTUNE_TARGET_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
-#define CCTUNE_INLINE inline __attribute__((always_inline))
-// Pins a loaded vector in a register. Without it GCC folds the load into every FMA that uses
-// the value (NR x MR loads per step instead of NR + MR), which made the 4x4 tiles load-bound.
-#define CCTUNE_IN_REGISTER(x) __asm__("" : "+v"(x))
 
 namespace cctune::cpu {
 
@@ -982,7 +972,11 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
       // Measured (gemm_bench SmallM / Prefill, 2026-12-02, loaded 2-core Xeon VM): the packed
       // GEMM (kPacked) within noise of this route, up to ~12% behind at m = 512, so it
       // stays opt-in until a quiet machine says otherwise.
-      BlasGemmNT(p);
+      if (b_dtype == DType::kF32 && LargeGemmRoute() == SgemmPath::kPacked) {
+        PackedGemmNT(BestPackedIsa(), m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
+      } else {
+        BlasGemmNT(p);
+      }
     } else {
       StreamGemmNT(BestGemmIsa(), p);
     }
@@ -1005,24 +999,61 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const 
   gemm_internal::GemmNTWithIsa(GemmIsa::kAuto, m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
 }
 
-void SgemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
+namespace gemm_internal {
+namespace {
+std::atomic<int> g_large_route{static_cast<int>(SgemmPath::kAuto)};
+}  // namespace
+
+SgemmPath SetLargeGemmRoute(SgemmPath route) {
+  return static_cast<SgemmPath>(g_large_route.exchange(static_cast<int>(route)));
+}
+SgemmPath LargeGemmRoute() { return static_cast<SgemmPath>(g_large_route.load()); }
+
+const char* SgemmPathName(SgemmPath path) {
+  switch (path) {
+    case SgemmPath::kAuto:
+      return "auto";
+    case SgemmPath::kBlas:
+      return "blas";
+    case SgemmPath::kPacked:
+      return "packed";
+  }
+  return "?";
+}
+
+void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float* c, int64_t ldc, float beta) {
   CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "SgemmStrided: negative size m=", m, " n=", n, " k=", k);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     ScaleC(m, n, c, ldc, beta);
     return;
   }
-  if (trans_b && !trans_a && m <= kMaxStreamRowsF32 && m * k * 4 <= kMaxStreamABytes) {
+  if (path == SgemmPath::kAuto && trans_b && !trans_a && m <= kMaxStreamRowsF32 &&
+      m * k * 4 <= kMaxStreamABytes) {
     // A · Bᵀ with few rows: the streaming kernel reads B once.
     CCTUNE_CHECK(n <= 1 || ldb >= k, "SgemmStrided: ldb (", ldb, ") < k (", k, ")");
     CCTUNE_CHECK(m <= 1 || (lda >= k && ldc >= n), "SgemmStrided: lda (", lda, ") < k (", k,
                  ") or ldc (", ldc, ") < n (", n, ")");
     const NtArgs p{m, n, k, a, lda, b, DType::kF32, ldb, c, ldc, beta};
-    StreamGemmNT(gemm_internal::BestGemmIsa(), p);
+    StreamGemmNT(BestGemmIsa(), p);
+    return;
+  }
+  if (path == SgemmPath::kAuto) path = LargeGemmRoute();
+  if (path == SgemmPath::kPacked) {
+    PackedSgemm(BestPackedIsa(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
     return;
   }
   BlasSgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+}
+
+}  // namespace gemm_internal
+
+void SgemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta) {
+  gemm_internal::SgemmStridedWithPath(gemm_internal::SgemmPath::kAuto, trans_a, trans_b, m, n, k,
+                                      a, lda, b, ldb, c, ldc, beta);
 }
 
 }  // namespace cctune::cpu

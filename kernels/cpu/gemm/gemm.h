@@ -9,7 +9,10 @@
 // panels first. The blocked, packed GEMM of packed_gemm.h (BLIS-style cache blocking, B
 // converted to f32 while packing, f32 FMA micro-kernels at the CPU's level) is the kPacked
 // path: measured within noise of the OpenBLAS route on the (loaded) 2-core Xeon, it is not
-// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm.
+// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm (OpenBLAS, the streaming
+// kernel for A·Bᵀ with few rows); PackedSgemm covers its transposed cases too (the training
+// GEMMs dY·W and dYᵀ·X) and SetLargeGemmRoute switches every large GEMM to it, but on the
+// training shapes measured it was behind OpenBLAS (benchmarks/README.md, train_bench).
 //
 // kAuto never rounds A to bf16. On the AVX-512 BF16 Xeon measured, vdpbf16ps also issues at
 // half the rate of f32 FMA (32 vs 64 flops / cycle / core, benchmarks/README.md), so the
@@ -77,6 +80,20 @@ GemmIsa BestGemmIsa();
 // GemmNT with the path forced. Aborts if `isa` is not supported here.
 void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                    const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
+
+// SgemmStrided's routes: kAuto (what SgemmStrided does), always OpenBLAS, always the packed
+// GEMM (PackedSgemm at BestPackedIsa()).
+enum class SgemmPath { kAuto, kBlas, kPacked };
+const char* SgemmPathName(SgemmPath path);
+// Process-wide: what kAuto does past the streaming kernel's rows (GemmNT's large m, f32 B, and
+// SgemmStrided): kAuto = this library's measured choice; kBlas / kPacked force that route (for
+// benchmarks that compare whole training steps new vs old in one process). Returns the
+// previous setting.
+SgemmPath SetLargeGemmRoute(SgemmPath route);
+SgemmPath LargeGemmRoute();
+void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float* c, int64_t ldc, float beta);
 
 }  // namespace gemm_internal
 }  // namespace cctune::cpu

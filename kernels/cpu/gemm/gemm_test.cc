@@ -296,6 +296,25 @@ TEST_P(GemmAtLevelTest, SgemmStridedMatchesFp64Reference) {
   }
 }
 
+// Each large-GEMM route (SetLargeGemmRoute) at each level: SgemmStrided in every transpose
+// and GemmNT with f32 B past the streaming rows, against fp64.
+TEST_P(GemmAtLevelTest, EveryLargeRouteMatchesFp64Reference) {
+  using gemm_internal::SgemmPath;
+  uint64_t seed = 300;
+  for (SgemmPath route : {SgemmPath::kAuto, SgemmPath::kBlas, SgemmPath::kPacked}) {
+    const SgemmPath before = gemm_internal::SetLargeGemmRoute(route);
+    EXPECT_EQ(gemm_internal::LargeGemmRoute(), route);
+    for (bool trans_a : {false, true}) {
+      for (bool trans_b : {false, true}) {
+        CheckSgemm(trans_a, trans_b, 150, 70, 45, trans_a ? 1.f : 0.f, seed++);
+      }
+    }
+    CheckShape(GemmIsa::kAuto, DType::kF32, 200, 37, 50, seed++);
+    gemm_internal::SetLargeGemmRoute(before);
+    if (HasFailure()) return;
+  }
+}
+
 CCTUNE_INSTANTIATE_ISA_LEVELS(GemmAtLevelTest);
 
 // ---- SgemmStrided ----

@@ -9,19 +9,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/status.h"
 #include "kernels/cpu/isa.h"
-
-// Each path is compiled for its own instruction set (function attributes) and picked at run
-// time, so this file builds with any -march.
-#define PG_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define PG_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define PG_TARGET_AVX512BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
-#define PG_INLINE inline __attribute__((always_inline))
+#include "kernels/cpu/simd_targets.h"
 
 namespace cctune::cpu {
 namespace {
@@ -39,6 +32,9 @@ struct Args {
   float* c;
   int64_t ldc;
   float beta;
+  // f32 only (PackedSgemm): A stored [k, m] (element (i, q) at a[q * lda + i]), B stored
+  // [k, n] (element (j, q) at b[q * ldb + j]) instead of the rows of the Linear shape.
+  bool a_kmajor = false, b_kmajor = false;
 };
 
 float LoadB(const Args& p, int64_t j, int64_t q) {
@@ -67,6 +63,19 @@ void PackAF32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen, float
   for (int r = 0; r < MR; ++r) rows[r] = r < mr ? p.a + (i0 + r) * p.lda + p0 : nullptr;
   for (int64_t s = 0; s < klen; ++s) {
     for (int r = 0; r < MR; ++r) dst[s * MR + r] = r < mr ? rows[r][s] : 0.f;
+  }
+}
+
+// k-major operands (PackedSgemm's transposed cases): each k-step's MR (NR) values are
+// contiguous in memory, so a strip (micro-panel) is one short copy per k-step. `rows` is the
+// operand's first element, `ld` its k-stride.
+template <int W>
+void PackKMajorF32(const float* first, int64_t ld, int w, int64_t p0, int64_t klen, float* dst) {
+  for (int64_t s = 0; s < klen; ++s) {
+    const float* src = first + (p0 + s) * ld;
+    float* d = dst + s * W;
+    std::memcpy(d, src, sizeof(float) * static_cast<size_t>(w));
+    for (int r = w; r < W; ++r) d[r] = 0.f;
   }
 }
 
@@ -107,7 +116,7 @@ void PackBF32Scalar(const Args& p, int64_t j0, int nr, int64_t p0, int64_t s0, i
 // per pair, the 16 rows' (B[r][2s], B[r][2s + 1]).
 
 // r[j] <- column j of the 16 x 16 matrix of words whose row i is r[i].
-PG_TARGET_AVX512 PG_INLINE void Transpose16x16(__m512i r[16]) {
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE void Transpose16x16(__m512i r[16]) {
   __m512i t[16], u[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
@@ -137,7 +146,7 @@ PG_TARGET_AVX512 PG_INLINE void Transpose16x16(__m512i r[16]) {
 
 // Loads 16 rows (rows past `rows` zero) of B from element q0 of [p0, p0 + klen): 16 words
 // each (16 f32, or 32 16-bit values as pairs; masked past klen), then transposes them.
-PG_TARGET_AVX512 PG_INLINE int64_t LoadTransposed16(const Args& p, int64_t row0, int rows,
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE int64_t LoadTransposed16(const Args& p, int64_t row0, int rows,
                                                     int64_t p0, int64_t q0, int64_t klen,
                                                     __m512i w[16]) {
   const int64_t elem = static_cast<int64_t>(DTypeSize(p.b_dtype));
@@ -163,7 +172,7 @@ PG_TARGET_AVX512 PG_INLINE int64_t LoadTransposed16(const Args& p, int64_t row0,
 }
 
 // NR = 32 f32 panel (AVX-512 F kernel): bf16 -> f32 by shift / mask, f16 by vcvtph2ps.
-PG_TARGET_AVX512 void PackBAvx512F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
+CCTUNE_TARGET_AVX512 void PackBAvx512F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
                                      float* dst) {
   constexpr int NR = 32;
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
@@ -198,7 +207,7 @@ PG_TARGET_AVX512 void PackBAvx512F32(const Args& p, int64_t j0, int nr, int64_t 
 // f32 A strip for the 12-row AVX-512 kernel: 16 k-values of the 12 rows (4 zero rows) per
 // 16 x 16 transpose, each column's first 12 words stored (scalar PackAF32 spent a sixth of the
 // time of the kernels it fed at m = 128).
-PG_TARGET_AVX512 void PackAAvx512F32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen,
+CCTUNE_TARGET_AVX512 void PackAAvx512F32(const Args& p, int64_t i0, int mr, int64_t p0, int64_t klen,
                                      float* dst) {
   constexpr int MR = 12;
   const __mmask16 store12 = 0x0fff;
@@ -218,7 +227,7 @@ PG_TARGET_AVX512 void PackAAvx512F32(const Args& p, int64_t i0, int mr, int64_t 
 
 // NR = 32 bf16-pair panel (vdpbf16ps kernel): the transposed words are stored as they are (an
 // odd klen's last pair has a zero high half from the masked load).
-PG_TARGET_AVX512 void PackBAvx512Bf16Pairs(const Args& p, int64_t j0, int nr, int64_t p0,
+CCTUNE_TARGET_AVX512 void PackBAvx512Bf16Pairs(const Args& p, int64_t j0, int nr, int64_t p0,
                                            int64_t klen, uint32_t* dst) {
   constexpr int NR = 32;
   for (int h = 0; h < 2; ++h) {
@@ -233,7 +242,7 @@ PG_TARGET_AVX512 void PackBAvx512Bf16Pairs(const Args& p, int64_t j0, int nr, in
 }
 
 // r[j] <- column j of the 8 x 8 matrix of floats whose row i is r[i].
-PG_TARGET_AVX2 PG_INLINE void Transpose8x8(__m256 r[8]) {
+CCTUNE_TARGET_AVX2 CCTUNE_INLINE void Transpose8x8(__m256 r[8]) {
   __m256 t[8], u[8];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
@@ -256,7 +265,7 @@ PG_TARGET_AVX2 PG_INLINE void Transpose8x8(__m256 r[8]) {
 
 // NR = 16 f32 panel (AVX2 kernel): 8 x 8 word transposes over whole blocks of 8 words (8 f32
 // or 16 16-bit values), the rest of the block element by element.
-PG_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
+CCTUNE_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t p0, int64_t klen,
                                  float* dst) {
   constexpr int NR = 16;
   const int64_t elem = static_cast<int64_t>(DTypeSize(p.b_dtype));
@@ -316,7 +325,7 @@ PG_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t p0, 
 
 // Row i of the tile (two vectors), masked to the tile's nr real columns (mask loads and stores
 // neither fault nor touch memory past them).
-PG_TARGET_AVX512 PG_INLINE void StoreRow512(float* c, __m512 v0, __m512 v1, float beta,
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE void StoreRow512(float* c, __m512 v0, __m512 v1, float beta,
                                             __mmask16 m0, __mmask16 m1) {
   if (beta == 0.f) {
     _mm512_mask_storeu_ps(c, m0, v0);
@@ -329,7 +338,7 @@ PG_TARGET_AVX512 PG_INLINE void StoreRow512(float* c, __m512 v0, __m512 v1, floa
   }
 }
 
-PG_TARGET_AVX512 PG_INLINE void StoreTile512(const __m512* acc0, const __m512* acc1, int mr, int nr,
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE void StoreTile512(const __m512* acc0, const __m512* acc1, int mr, int nr,
                                              float* c, int64_t ldc, float beta) {
   const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
   const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffffu : (1u << std::max(0, nr - 16)) - 1u);
@@ -341,7 +350,7 @@ PG_TARGET_AVX512 PG_INLINE void StoreTile512(const __m512* acc0, const __m512* a
 
 constexpr int kMr512 = 12;
 
-PG_TARGET_AVX512 void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c,
+CCTUNE_TARGET_AVX512 void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c,
                                    int64_t ldc, float beta, int mr, int nr) {
   constexpr int MR = kMr512;
   __m512 acc0[MR], acc1[MR];
@@ -361,7 +370,7 @@ PG_TARGET_AVX512 void KernelAvx512(int64_t steps, const float* ap, const float* 
   StoreTile512(acc0, acc1, mr, nr, c, ldc, beta);
 }
 
-PG_TARGET_AVX512BF16 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp,
+CCTUNE_TARGET_AVX512BF16 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp,
                                            float* c, int64_t ldc, float beta, int mr, int nr) {
   constexpr int MR = kMr512;
   __m512 acc0[MR], acc1[MR];
@@ -384,7 +393,7 @@ PG_TARGET_AVX512BF16 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, co
 
 constexpr int kMr256 = 6;
 
-PG_TARGET_AVX2 void KernelAvx2Full(int64_t steps, const float* ap, const float* bp, float* c,
+CCTUNE_TARGET_AVX2 void KernelAvx2Full(int64_t steps, const float* ap, const float* bp, float* c,
                                    int64_t ldc, float beta) {
   constexpr int MR = kMr256;
   __m256 acc0[MR], acc1[MR];
@@ -512,8 +521,21 @@ void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int
           // kernels run on it, prefetches the next micro-panel's rows of B into L2 (B comes
           // from DRAM once per call; this overlaps that read with the arithmetic).
           const bool first = ic == s0;
-          if (first) P::PackB(p, jc + jr, nr, p0, klen, bp);
-          const int64_t next_rows = first ? std::min<int64_t>(NR, jn - jr - NR) : 0;
+          if (first) {
+            if constexpr (std::is_same_v<T, float>) {
+              if (p.b_kmajor) {
+                PackKMajorF32<NR>(static_cast<const float*>(p.b) + jc + jr, p.ldb, nr, p0, klen,
+                                  bp);
+              } else {
+                P::PackB(p, jc + jr, nr, p0, klen, bp);
+              }
+            } else {
+              P::PackB(p, jc + jr, nr, p0, klen, bp);
+            }
+          }
+          // (k-major B: its next micro-panel is in the rows just read; no prefetch.)
+          const int64_t next_rows =
+              first && !p.b_kmajor ? std::min<int64_t>(NR, jn - jr - NR) : 0;
           const int64_t lines_per_row = (klen * elem + 63) / 64;
           const int64_t lines = std::max<int64_t>(0, next_rows) * lines_per_row;
           const int64_t per_strip = (lines + (ie - ic) - 1) / (ie - ic);
@@ -563,8 +585,15 @@ void RunPacked(const Args& p) {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < kblocks * strips; ++t) {
       const int64_t kb = t / strips, st = t % strips, p0 = kb * kc;
-      P::PackA(p, st * MR, static_cast<int>(std::min<int64_t>(MR, p.m - st * MR)), p0,
-               std::min(kc, p.k - p0), apack + t * strip_elems);
+      const int mr = static_cast<int>(std::min<int64_t>(MR, p.m - st * MR));
+      if constexpr (std::is_same_v<T, float>) {
+        if (p.a_kmajor) {
+          PackKMajorF32<MR>(p.a + st * MR, p.lda, mr, p0, std::min(kc, p.k - p0),
+                            apack + t * strip_elems);
+          continue;
+        }
+      }
+      P::PackA(p, st * MR, mr, p0, std::min(kc, p.k - p0), apack + t * strip_elems);
     }
     // (the loop's barrier: A is packed) Threads split n in micro-panels, or m in strips
     // when n gives fewer than two micro-panels per thread.
@@ -592,6 +621,15 @@ IsaLevel LevelOf(PackedIsa isa) {
       return IsaLevel::kScalar;
   }
 }
+
+// C = beta·C (k == 0); beta == 0 writes zeros without reading C.
+void ScaleC(int64_t m, int64_t n, float* c, int64_t ldc, float beta) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+  }
+}
+
+void Run(PackedIsa isa, const Args& p);  // the path's RunPacked (below the public functions)
 
 }  // namespace
 
@@ -633,12 +671,40 @@ void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedGemmNT: ldc (", ldc, ") < n (", n, ")");
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
-    }
+    ScaleC(m, n, c, ldc, beta);
     return;
   }
   const Args p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
+  Run(isa, p);
+}
+
+void PackedSgemm(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                 float beta) {
+  CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16, "PackedSgemm: the avx512_bf16 path is GemmNT's");
+  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedSgemm: path ", PackedIsaName(isa),
+               " is not supported on this CPU");
+  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedSgemm: negative size m=", m, " n=", n,
+               " k=", k);
+  CCTUNE_CHECK(lda >= std::max<int64_t>(1, trans_a ? m : k), "PackedSgemm: lda (", lda,
+               ") too small");
+  CCTUNE_CHECK(ldb >= std::max<int64_t>(1, trans_b ? k : n), "PackedSgemm: ldb (", ldb,
+               ") too small");
+  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedSgemm: ldc (", ldc, ") < n (", n, ")");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    ScaleC(m, n, c, ldc, beta);
+    return;
+  }
+  Args p{m, n, k, a, lda, b, DType::kF32, ldb, c, ldc, beta};
+  p.a_kmajor = trans_a;
+  p.b_kmajor = !trans_b;
+  Run(isa, p);
+}
+
+namespace {
+
+void Run(PackedIsa isa, const Args& p) {
   switch (isa) {
     case PackedIsa::kAvx512Bf16:
       RunPacked<Avx512Bf16Path>(p);
@@ -654,4 +720,5 @@ void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   }
 }
 
+}  // namespace
 }  // namespace cctune::cpu

@@ -52,6 +52,17 @@ PackedBlocking PackedGemmBlocking(PackedIsa isa);
 void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
 
+// C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C, all f32 row-major, as SgemmStrided (gemm.h):
+// op(A) = A [m, k] (lda >= k) or, trans_a, Aᵀ of A [k, m] (lda >= m); op(B) = B [k, n]
+// (ldb >= n) or, trans_b, Bᵀ of B [n, k] (ldb >= k). The training GEMMs: x·Wᵀ is
+// (false, true), dY·W (false, false), dYᵀ·X (true, false). k-major operands are packed by
+// plain copies (each k-step's values are contiguous), rows by the in-register transposes;
+// same micro-kernels, blocking and threading as PackedGemmNT. `isa`: kScalar, kAvx2 or
+// kAvx512 (CHECKed, with sizes and strides).
+void PackedSgemm(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                 float beta);
+
 }  // namespace cctune::cpu
 
 #endif  // CCTUNE_KERNELS_CPU_GEMM_PACKED_GEMM_H_

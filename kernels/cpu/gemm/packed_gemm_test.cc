@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,19 +61,11 @@ struct Operand {
   float* f32() { return reinterpret_cast<float*>(buf.data()); }
 };
 
-// Runs PackedGemmNT(isa) on one case and checks every element of C against the fp64 result
-// within tol·(sum_k |a·b| + |beta·c|), and that C's padding stays NaN (never written).
-void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
-               float beta, uint64_t seed) {
-  Generator gen(seed);
-  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
-  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
-  const std::vector<double> c0 = c.stored;
-  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
-  // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
-  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
-  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
-                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+// Checks every element of C [m, n] (row stride c.ld) against want(i, j) = {fp64 value, scale}
+// within tol·scale, and that C's padding columns stayed NaN (never written).
+template <typename Want>
+void ExpectMatches(const Operand& c, int64_t m, int64_t n, double tol, const std::string& what,
+                   Want want) {
   int failures = 0;
   for (int64_t i = 0; i < m && failures < 5; ++i) {
     for (int64_t j = 0; j < c.ld && failures < 5; ++j) {
@@ -84,19 +77,38 @@ void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int6
         }
         continue;
       }
-      double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
-      for (int64_t q = 0; q < k; ++q) {
-        const double prod = a.stored[i * k + q] * b.stored[j * k + q];
-        want += prod;
-        scale += std::fabs(prod);
-      }
-      const auto near = testing::FloatNear(got, want, 0, 0, tol * scale + 1e-30);
+      const auto [value, scale] = want(i, j);
+      const auto near = testing::FloatNear(got, value, 0, 0, tol * scale + 1e-30);
       if (!near) {
         ADD_FAILURE() << what << ": C[" << i << "," << j << "] " << near.message();
         ++failures;
       }
     }
   }
+}
+
+// Runs PackedGemmNT(isa) on one case and checks C against the fp64 result within
+// tol·(sum_k |a·b| + |beta·c|) (ExpectMatches).
+void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
+               float beta, uint64_t seed) {
+  Generator gen(seed);
+  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
+  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
+  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
+                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
+    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+    for (int64_t q = 0; q < k; ++q) {
+      const double prod = a.stored[i * k + q] * b.stored[j * k + q];
+      want += prod;
+      scale += std::fabs(prod);
+    }
+    return std::pair<double, double>{want, scale};
+  });
 }
 
 class PackedGemmTest : public testing::IsaLevelTest {};
@@ -144,6 +156,80 @@ TEST_P(PackedGemmTest, ZeroKScalesC) {
   const bf16 b{};
   PackedGemmNT(isa, 3, 4, 0, &a, 0, &b, DType::kBF16, 0, c.f32(), c.ld, -2.f);
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(c.f32()[i], static_cast<float>(-2.0 * c.stored[i]));
+}
+
+// PackedSgemm (f32, the training GEMMs' transposed operands): every (trans_a, trans_b), sizes
+// around the tile and k-block edges, NaN-padded strides, beta 0 / 1 / 0.5, against fp64
+// within the same k·eps32 bound as the NT path.
+void CheckSgemmCase(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    int64_t pad, float beta, uint64_t seed) {
+  Generator gen(seed);
+  // Stored shapes: A [m, k] or [k, m]; B [k, n] or [n, k].
+  Operand a(trans_a ? k : m, trans_a ? m : k, (trans_a ? m : k) + pad, DType::kF32, &gen);
+  Operand b(trans_b ? n : k, trans_b ? k : n, (trans_b ? k : n) + pad + 1, DType::kF32, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedSgemm(isa, trans_a, trans_b, m, n, k, a.f32(), a.ld, b.f32(), b.ld, c.f32(), c.ld, beta);
+  const double tol = kEps32 * (k / 4.0 + 8.0);
+  const std::string what = absl::StrCat(PackedIsaName(isa), " trans_a=", trans_a, " trans_b=",
+                                        trans_b, " m=", m, " n=", n, " k=", k, " pad=", pad,
+                                        " beta=", beta);
+  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
+    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+    for (int64_t q = 0; q < k; ++q) {
+      const double av = trans_a ? a.stored[q * m + i] : a.stored[i * k + q];
+      const double bv = trans_b ? b.stored[j * k + q] : b.stored[q * n + j];
+      want += av * bv;
+      scale += std::fabs(av * bv);
+    }
+    return std::pair<double, double>{want, scale};
+  });
+}
+
+// The f32 path of a level (PackedSgemm has no bf16 dot path).
+PackedIsa F32PathOf(IsaLevel level) {
+  const PackedIsa isa = PathOf(level);
+  return isa == PackedIsa::kAvx512Bf16 ? PackedIsa::kAvx512 : isa;
+}
+
+TEST_P(PackedGemmTest, SgemmTransposedOperandsMatchFp64) {
+  const PackedIsa isa = F32PathOf(GetParam());
+  ASSERT_TRUE(PackedIsaSupported(isa));
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  uint64_t seed = 100;
+  int cases = 0;
+  for (bool trans_a : {false, true}) {
+    for (bool trans_b : {false, true}) {
+      for (int64_t m : {int64_t{1}, int64_t{bl.mr + 1}, int64_t{2 * bl.mr + 5}}) {
+        for (int64_t n : {int64_t{1}, int64_t{bl.nr - 1}, int64_t{2 * bl.nr + 3}}) {
+          for (int64_t k : {int64_t{1}, int64_t{17}, bl.kc + 3}) {
+            for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 2}}) {
+              CheckSgemmCase(isa, trans_a, trans_b, m, n, k, pad, beta, seed++);
+              if (HasFailure()) return;
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 3 * 3 * 3 * 3);
+}
+
+// A training-sized dW (dYᵀ·X, several m blocks and k blocks) and dX (dY·W, n blocks).
+TEST_P(PackedGemmTest, SgemmCrossesCacheBlocks) {
+  const PackedIsa isa = F32PathOf(GetParam());
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  CheckSgemmCase(isa, true, false, bl.mc + bl.mr + 3, 2 * bl.nr + 3, 2 * bl.kc + 5, 1, 1.f, 21);
+  CheckSgemmCase(isa, false, false, 9, bl.nc + bl.nr + 5, 40, 0, 0.f, 22);
+}
+
+TEST(PackedSgemmTest, ZeroKScalesC) {
+  Generator gen(6);
+  Operand c(2, 3, 3, DType::kF32, &gen);
+  const float x = 1.f;
+  PackedSgemm(PackedIsa::kScalar, true, false, 2, 3, 0, &x, 2, &x, 3, c.f32(), c.ld, 0.5f);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(c.f32()[i], static_cast<float>(0.5 * c.stored[i]));
 }
 
 CCTUNE_INSTANTIATE_ISA_LEVELS(PackedGemmTest);

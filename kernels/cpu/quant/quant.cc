@@ -17,16 +17,15 @@
 #include "core/status.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_targets.h"
 #include "kernels/cpu/thread_pool.h"
 
-// Each SIMD path is compiled for its own instruction set through function attributes, so this
+// Each SIMD path is compiled for its own instruction set (kernels/cpu/simd_targets.h), so this
 // file builds with any -march and the paths are picked at run time (kernels/cpu/isa.h).
-#define CCTUNE_QTARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define CCTUNE_QTARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#define CCTUNE_QTARGET_AVX512VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define CCTUNE_QINLINE inline __attribute__((always_inline))
+#define CCTUNE_QTARGET_AVX2 CCTUNE_TARGET_AVX2
+#define CCTUNE_QTARGET_AVX512 CCTUNE_TARGET_AVX512
+#define CCTUNE_QINLINE CCTUNE_INLINE
+#define CCTUNE_QTARGET_AVX512VNNI CCTUNE_TARGET_AVX512VNNI
 
 namespace cctune::cpu {
 
