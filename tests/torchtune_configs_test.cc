@@ -1,4 +1,5 @@
-// torchtune 0.6.1's own single-device configs (tests/assets/torchtune_0_6_1, unchanged copies)
+// torchtune 0.6.1's own single-device configs, and its distributed llama3_2 1B full and LoRA
+// configs on a world of one, (tests/assets/torchtune_0_6_1, unchanged copies)
 // run for two steps on small stand-in models: tools/run_torchtune_configs.py writes the
 // stand-ins (a random HF checkpoint per family, tokenizers in torchtune's formats, alpaca
 // data in a Hugging Face hub cache) and overrides only paths, sizes and the device. Every
@@ -36,10 +37,11 @@ TEST(TorchtuneConfigsTest, ShippedConfigsRunOnStandInModels) {
         "mistral/7B_lora_single_device", "qwen2_5/0.5B_full_single_device",
         "llama3_2/1B_qlora_single_device", "llama3_2/3B_qlora_single_device",
         "llama3_1/8B_qlora_single_device", "llama2/7B_qlora_single_device",
-        "llama2/13B_qlora_single_device", "mistral/7B_qlora_single_device"}) {
+        "llama2/13B_qlora_single_device", "mistral/7B_qlora_single_device",
+        "llama3_2/1B_full", "llama3_2/1B_lora"}) {
     EXPECT_THAT(out, HasSubstr(absl::StrCat("RUN  ", config, " "))) << out << r.err;
   }
-  EXPECT_THAT(out, HasSubstr("16 of 16 torchtune configs ran 2 steps"));
+  EXPECT_THAT(out, HasSubstr("18 of 18 torchtune configs ran 2 steps"));
   EXPECT_EQ(r.exit_code, 0) << out;
 }
 

@@ -35,7 +35,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSETS = os.path.join(ROOT, "tests", "assets", "tokenizers")
 
-# The 16 single-device configs of our families and recipes (docs/coming_from_torchtune.md).
+# The 16 single-device configs of our families and recipes, and 2 distributed ones (docs/coming_from_torchtune.md).
 CONFIGS = [  # (config, family, LoRA recipe)
     ("llama3_2/1B_full_single_device", "llama3_2", False),
     ("llama3_2/3B_full_single_device", "llama3_2", False),
@@ -53,6 +53,10 @@ CONFIGS = [  # (config, family, LoRA recipe)
     ("llama2/7B_qlora_single_device", "llama2", True),
     ("llama2/13B_qlora_single_device", "llama2", True),
     ("mistral/7B_qlora_single_device", "mistral", True),
+    # The distributed configs of our distributed recipes, here on a world of one (the
+    # recipes' 2-rank runs are recipes/distributed_recipes_test).
+    ("llama3_2/1B_full", "llama3_2", False),
+    ("llama3_2/1B_lora", "llama3_2", True),
 ]
 
 # family -> (model component prefix, component builder, model_type)
@@ -179,8 +183,8 @@ def main():
         path = os.path.join(args.configs, config + ".yaml")
         with open(path) as f:
             header = f.readline() + f.readline() + f.read(2000)
-        recipe = ("lora_finetune_single_device" if "lora_finetune" in header
-                  else "full_finetune_single_device")
+        recipe = (("lora" if "lora_finetune" in header else "full") + "_finetune_" +
+                  ("distributed" if "finetune_distributed" in header else "single_device"))
         lines = open(path).read().splitlines()
         model_at = lines.index("model:")
         builder = next(l.split(":", 1)[1].strip() for l in lines[model_at + 1:]
