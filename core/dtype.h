@@ -55,6 +55,26 @@ inline bf16 FloatToBf16(float f) {
 float F16ToFloat(f16 x);
 f16 FloatToF16(float f);  // round to nearest even, overflow to inf
 
+// The conversions above by element type, for code templated on it (float, bf16, f16):
+// ToFloat(x), FromFloat<T>(f).
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(bf16 x) { return Bf16ToFloat(x); }
+inline float ToFloat(f16 x) { return F16ToFloat(x); }
+template <typename T>
+T FromFloat(float f);
+template <>
+inline float FromFloat<float>(float f) {
+  return f;
+}
+template <>
+inline bf16 FromFloat<bf16>(float f) {
+  return FloatToBf16(f);
+}
+template <>
+inline f16 FromFloat<f16>(float f) {
+  return FloatToF16(f);
+}
+
 template <typename T>
 struct DTypeOf;
 template <>

@@ -12,40 +12,11 @@ namespace {
 // Elements per pass: a double accumulator block that stays in L1.
 constexpr int64_t kBlock = 1024;
 
-template <typename T>
-float ToF(T x);
-template <>
-float ToF<float>(float x) {
-  return x;
-}
-template <>
-float ToF<bf16>(bf16 x) {
-  return Bf16ToFloat(x);
-}
-template <>
-float ToF<f16>(f16 x) {
-  return F16ToFloat(x);
-}
-template <typename T>
-T FromF(float x);
-template <>
-float FromF<float>(float x) {
-  return x;
-}
-template <>
-bf16 FromF<bf16>(float x) {
-  return FloatToBf16(x);
-}
-template <>
-f16 FromF<f16>(float x) {
-  return FloatToF16(x);
-}
-
 // Double to T with one rounding: via float is exact for f32; for bf16/f16 a double-to-float
 // step first would round twice, so those go through a correctly rounded helper.
 template <typename T>
 T FromD(double x) {
-  return FromF<T>(static_cast<float>(x));
+  return FromFloat<T>(static_cast<float>(x));
 }
 // bf16/f16 from double: round to float toward zero with a sticky bit (round-to-odd), which
 // makes the second rounding (float to 16 bits, nearest even) the correct rounding of x.
@@ -77,21 +48,21 @@ void ReduceFloat(const T* blocks, int nblocks, int64_t stride, int64_t count, Re
     const int64_t len = std::min(kBlock, count - start);
     if (op == ReduceOp::kMax) {
       float* m = reinterpret_cast<float*>(acc);  // len floats fit in the block
-      for (int64_t i = 0; i < len; ++i) m[i] = ToF(blocks[start + i]);
+      for (int64_t i = 0; i < len; ++i) m[i] = ToFloat(blocks[start + i]);
       for (int r = 1; r < nblocks; ++r) {
         const T* b = blocks + r * stride + start;
         for (int64_t i = 0; i < len; ++i) {
-          const float x = ToF(b[i]);
+          const float x = ToFloat(b[i]);
           if (x > m[i] || std::isnan(x)) m[i] = std::isnan(m[i]) ? m[i] : x;
         }
       }
-      for (int64_t i = 0; i < len; ++i) out[start + i] = FromF<T>(m[i]);
+      for (int64_t i = 0; i < len; ++i) out[start + i] = FromFloat<T>(m[i]);
       continue;
     }
-    for (int64_t i = 0; i < len; ++i) acc[i] = ToF(blocks[start + i]);
+    for (int64_t i = 0; i < len; ++i) acc[i] = ToFloat(blocks[start + i]);
     for (int r = 1; r < nblocks; ++r) {
       const T* b = blocks + r * stride + start;
-      for (int64_t i = 0; i < len; ++i) acc[i] += ToF(b[i]);
+      for (int64_t i = 0; i < len; ++i) acc[i] += ToFloat(b[i]);
     }
     if (op == ReduceOp::kAvg) {
       for (int64_t i = 0; i < len; ++i) acc[i] /= nblocks;

@@ -152,12 +152,9 @@ class LoRAStrategy final : public FinetuneStrategy {
     if (m == nullptr || !m->IsMap()) return;
     if (const ConfigNode* low = root.Find("low_cpu_ram");
         low != nullptr && low->kind() == ConfigNode::Kind::kBool && low->bool_value()) {
-      ConfigError e;
-      e.location = low->location();
-      e.key = "low_cpu_ram";
-      e.message = "low_cpu_ram: true (torchtune's save of QLoRA's merged weights through a "
-                  "memory-mapped file) is not implemented; set it to false";
-      errors->push_back(std::move(e));
+      errors->push_back(low->MakeError(
+          "low_cpu_ram: true (torchtune's save of QLoRA's merged weights through a "
+          "memory-mapped file) is not implemented; set it to false"));
     }
     if (IsQLoRAModelNode(*m)) {
       const ConfigNode* ck = root.Find("checkpointer");
@@ -171,11 +168,7 @@ class LoRAStrategy final : public FinetuneStrategy {
       }
     }
     if (absl::Status s = AdapterConfigFromModelNode(*m).status(); !s.ok()) {
-      ConfigError e;
-      e.location = m->location();
-      e.key = "model";
-      e.message = std::string(s.message());
-      errors->push_back(std::move(e));
+      errors->push_back(m->MakeError(std::string(s.message())));
     }
   }
 

@@ -45,10 +45,6 @@ inline uint8_t NearestLevel(float v, const std::array<float, 15>& mids) {
   return static_cast<uint8_t>(idx);
 }
 
-inline float ToFloat(float v) { return v; }
-inline float ToFloat(bf16 v) { return Bf16ToFloat(v); }
-inline float ToFloat(f16 v) { return F16ToFloat(v); }
-
 // The dequantized scale of block b.
 inline float BlockScale(const Nf4View& q, int64_t b) {
   return q.quantized_scalers[b] / q.quantization_factor[b / kNf4ScalerBlockSize] + q.scaler_mean;
