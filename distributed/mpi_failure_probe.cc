@@ -9,6 +9,9 @@
 //                             calls a second one: it times out naming rank 1
 //   mpi_failure_probe kill    rank 1 kills itself (SIGKILL) in the middle of a loop of
 //                             all-reduces; mpirun reports the lost rank and ends the run
+//   mpi_failure_probe kill_computing   rank 1 kills itself after the first all-reduce while
+//                             rank 0 computes (sleeps) for 10 s: rank 0's process monitor
+//                             names rank 1 at once, before mpirun's SIGTERM ends rank 0
 // Usage: mpi_failure_probe MODE [timeout_seconds, default 2]
 #include <signal.h>
 #include <unistd.h>
@@ -67,8 +70,18 @@ absl::Status Probe(const std::string& mode, double timeout) {
     }
     return absl::InternalError("probe: 1000 steps passed without rank 1");
   }
+  if (mode == "kill_computing") {
+    CCTUNE_RETURN_IF_ERROR(pg->AllReduce(t, ReduceOp::kSum));
+    if (pg->rank() == 1) {
+      std::printf("probe: rank 1 kills itself after all_reduce #1\n");
+      std::fflush(stdout);
+      kill(getpid(), SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(10));  // mpirun ends it first
+    return pg->AllReduce(t, ReduceOp::kSum);
+  }
   return absl::InvalidArgumentError(absl::StrCat("probe: unknown mode \"", mode,
-                                                 "\" (stall, abort, exit, kill)"));
+                                                 "\" (stall, abort, exit, kill, kill_computing)"));
 }
 
 }  // namespace

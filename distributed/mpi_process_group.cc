@@ -1,10 +1,16 @@
 #include "distributed/mpi_process_group.h"
 
 #include <mpi.h>
+#include <sys/types.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -103,12 +109,61 @@ absl::Status CheckBuffer(const char* op, const char* which, const Tensor& t) {
   return absl::OkStatus();
 }
 
+// Who a rank is, exchanged when a group is created, so that a wait can tell that a rank on this
+// node is gone (killed, crashed) without waiting for the timeout.
+struct ProcessId {
+  int64_t pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks after boot)
+  char host[64] = {};
+};
+
+// The state and start time of process `pid` from /proc; false when it does not exist.
+bool ReadProcStat(int64_t pid, char* state, uint64_t* start_time) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%lld/stat", static_cast<long long>(pid));
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (p == nullptr) return false;
+  unsigned long long start = 0;
+  // state (field 3), then fields 4..21 skipped, then starttime (22).
+  if (std::sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                  state, &start) != 2) {
+    return false;
+  }
+  *start_time = start;
+  return true;
+}
+
+// Set when the process exits: ranks that finish leave one by one then, which is no death.
+std::atomic<bool> g_exiting{false};
+void MarkExiting() { g_exiting = true; }
+
+bool ProcessAlive(const ProcessId& id) {
+  char state = 0;
+  uint64_t start = 0;
+  if (!ReadProcStat(id.pid, &state, &start)) return false;
+  return state != 'Z' && state != 'X' && state != 'x' && start == id.start_time;
+}
+
 class MpiProcessGroup final : public ProcessGroup {
  public:
   MpiProcessGroup(MpiRuntime* rt, double timeout_seconds)
       : rt_(rt), rank_(rt->world_rank()), size_(rt->world_size()), timeout_(timeout_seconds) {}
 
   ~MpiProcessGroup() override {
+    if (monitor_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(monitor_mu_);
+        monitor_stop_ = true;
+      }
+      monitor_cv_.notify_all();
+      monitor_.join();
+    }
     if (worker_.joinable()) {
       {
         std::lock_guard<std::mutex> lock(queue_mu_);
@@ -148,7 +203,13 @@ class MpiProcessGroup final : public ProcessGroup {
     const Clock::time_point deadline = Deadline();
     CCTUNE_RETURN_IF_ERROR(Dup(MPI_COMM_WORLD, &comm_, deadline));
     CCTUNE_RETURN_IF_ERROR(Dup(comm_, &side_, deadline));
+    CCTUNE_RETURN_IF_ERROR(ExchangeProcessIds(deadline));
     worker_ = std::thread([this] { WorkerLoop(); });
+    if (std::find(watched_.begin(), watched_.end(), true) != watched_.end()) {
+      static const bool registered = [] { return std::atexit(&MarkExiting) == 0; }();
+      (void)registered;
+      monitor_ = std::thread([this] { MonitorLoop(); });
+    }
     return absl::OkStatus();
   }
 
@@ -319,7 +380,9 @@ class MpiProcessGroup final : public ProcessGroup {
         continue;
       }
       task->call.seq = ++seq_;
+      SetInFlight(Describe(task->call), true);
       absl::Status status = Execute(*task);
+      SetInFlight(Describe(task->call), false);
       if (!status.ok()) {
         broken_ = status;
         // A mismatch is found before any data moves, with every request done; a timeout or
@@ -416,12 +479,121 @@ class MpiProcessGroup final : public ProcessGroup {
             absl::StrCat(Describe(call), " on rank ", rank_, ": ", MpiErrorString(rc)));
       }
       if (outcount == MPI_UNDEFINED) return absl::OkStatus();  // every request is done
-      if (Clock::now() >= deadline) {
+      const Clock::time_point now = Clock::now();
+      if (now >= next_liveness_check_) {
+        next_liveness_check_ = now + std::chrono::milliseconds(20);
+        CCTUNE_RETURN_IF_ERROR(CheckPeersAlive(call));
+      }
+      if (now >= deadline) {
         *timed_out = true;
         return absl::DeadlineExceededError("");
       }
       backoff.Pause();
     }
+  }
+
+  void SetInFlight(std::string what, bool in_flight) {
+    std::lock_guard<std::mutex> lock(monitor_mu_);
+    op_ = std::move(what);
+    op_in_flight_ = in_flight;
+  }
+
+  // Every 50 ms: whether a watched rank's process is gone. If one is, says so on stderr at
+  // once, naming it and the collective in flight (or the last one), whatever this rank is
+  // doing: the launcher ends the run within a second of a death (mpirun: SIGTERM, then
+  // SIGKILL 1 s later), possibly before this rank reaches a collective that would fail.
+  void MonitorLoop() {
+    std::vector<bool> watched = watched_;
+    std::unique_lock<std::mutex> lock(monitor_mu_);
+    while (!monitor_stop_) {
+      monitor_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (monitor_stop_) return;
+      std::vector<int> dead;
+      std::string pids;
+      for (int r = 0; r < size_; ++r) {
+        if (!watched[r] || ProcessAlive(peers_[r])) continue;
+        dead.push_back(r);
+        absl::StrAppend(&pids, pids.empty() ? "" : ", ", peers_[r].pid);
+      }
+      if (dead.empty()) continue;
+      if (g_exiting) return;
+      const std::string where =
+          op_.empty() ? std::string("before its first collective")
+                      : op_in_flight_ ? absl::StrCat("in ", op_)
+                                      : absl::StrCat("between collectives, after ", op_);
+      std::fprintf(stderr,
+                   "cctune: rank %d of %d: %s (pid %s on this node) died: killed or crashed, "
+                   "while this rank was %s; the run cannot go on (resume from the last "
+                   "checkpoint)\n",
+                   rank_, size_, RankList(dead, size_).c_str(), pids.c_str(), where.c_str());
+      std::fflush(stderr);
+      return;
+    }
+  }
+
+  // The ranks on this node whose process is gone: Unavailable naming them (a rank on another
+  // node is noticed by the timeout alone).
+  absl::Status CheckPeersAlive(const Arrival& call) {
+    std::vector<int> dead;
+    std::string pids;
+    for (int r = 0; r < static_cast<int>(watched_.size()); ++r) {
+      if (!watched_[r] || ProcessAlive(peers_[r])) continue;
+      watched_[r] = false;
+      dead.push_back(r);
+      absl::StrAppend(&pids, pids.empty() ? "" : ", ", peers_[r].pid);
+    }
+    if (dead.empty()) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrFormat(
+        "%s on rank %d: %s (pid %s on this node) died: killed or crashed (the run cannot go on; "
+        "resume from the last checkpoint)",
+        Describe(call), rank_, RankList(dead, size_), pids));
+  }
+
+  // Every rank's ProcessId; watches the ranks of this node whose /proc entry this process sees.
+  absl::Status ExchangeProcessIds(Clock::time_point deadline) {
+    if (size_ == 1) return absl::OkStatus();
+    ProcessId mine;
+    mine.pid = static_cast<int64_t>(::getpid());
+    char state = 0;
+    if (!ReadProcStat(mine.pid, &state, &mine.start_time)) mine.pid = 0;  // no /proc: no watch
+    if (::gethostname(mine.host, sizeof(mine.host) - 1) != 0) mine.host[0] = '\0';
+    peers_.assign(size_, ProcessId{});
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc;
+    {
+      auto lock = rt_->Lock();
+      rc = MPI_Iallgather(&mine, sizeof(ProcessId), MPI_BYTE, peers_.data(), sizeof(ProcessId),
+                          MPI_BYTE, side_, &req);
+    }
+    if (rc != MPI_SUCCESS) {
+      return absl::UnavailableError(
+          absl::StrCat("creating the MPI process group: ", MpiErrorString(rc)));
+    }
+    Arrival call;
+    call.kind = static_cast<int32_t>(Kind::kBarrier);
+    bool timed_out = false;
+    absl::Status s = Poll(&req, 1, deadline, call, &timed_out);
+    if (timed_out) {
+      broken_ = absl::DeadlineExceededError("creating the group timed out");
+      requests_left_ = true;
+      rt_->MarkFailed();
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "creating the MPI process group on rank %d timed out after %g s: a rank did not "
+          "create its group (every rank creates its groups in the same order)",
+          rank_, timeout_));
+    }
+    CCTUNE_RETURN_IF_ERROR(s);
+    watched_.assign(size_, false);
+    // CCTUNE_MPI_WATCH_PEERS=0: the timeout alone, as for ranks on other nodes (tests).
+    if (const char* w = std::getenv("CCTUNE_MPI_WATCH_PEERS"); w != nullptr && std::strcmp(w, "0") == 0) {
+      return absl::OkStatus();
+    }
+    for (int r = 0; r < size_; ++r) {
+      const ProcessId& p = peers_[r];
+      watched_[r] = r != rank_ && mine.pid != 0 && p.pid > 0 && mine.host[0] != '\0' &&
+                    std::strncmp(p.host, mine.host, sizeof(p.host)) == 0 && ProcessAlive(p);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Await(const Task& task, MPI_Request* req, Clock::time_point deadline) {
@@ -543,6 +715,17 @@ class MpiProcessGroup final : public ProcessGroup {
   std::vector<Arrival> arrivals_;
   std::vector<char> scratch_;
   std::vector<std::shared_ptr<Task>> abandoned_;
+  // Every rank's process, and which of them a wait checks on (this node's, seen in /proc).
+  std::vector<ProcessId> peers_;
+  std::vector<bool> watched_;
+  Clock::time_point next_liveness_check_{};
+  // The monitor thread (MonitorLoop) and what it reports: the worker's collective.
+  std::thread monitor_;
+  std::mutex monitor_mu_;
+  std::condition_variable monitor_cv_;
+  bool monitor_stop_ = false;
+  std::string op_;
+  bool op_in_flight_ = false;
 };
 
 [[maybe_unused]] const bool kRegistered = [] {

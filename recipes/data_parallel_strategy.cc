@@ -1,6 +1,14 @@
 #include "recipes/data_parallel_strategy.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/log.h"
@@ -64,9 +72,46 @@ absl::Status DataParallelStrategy::Configure(const ConfigNode& root) {
   if (pg_->rank() > 0 && GetLogLevel() < LogLevel::kWarning) SetLogLevel(LogLevel::kWarning);
   LogInfo("%s: %d rank%s (%s backend, from %s)", docs_.name, pg_->world_size(),
           pg_->world_size() == 1 ? "" : "s", pg_->backend(), env.source.c_str());
+  if (const char* kill = std::getenv("CCTUNE_TEST_SIGKILL_AT_STEP"); kill != nullptr && *kill) {
+    const std::vector<std::string> parts = absl::StrSplit(kill, ':');
+    if (parts.size() == 3) kill_where_ = parts[2];
+    if (parts.size() < 2 || parts.size() > 3 || !absl::SimpleAtoi(parts[0], &kill_rank_) ||
+        !absl::SimpleAtoi(parts[1], &kill_step_) || kill_step_ < 1 ||
+        (kill_where_ != "step" && kill_where_ != "save")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CCTUNE_TEST_SIGKILL_AT_STEP is \"", kill,
+          "\": expected RANK:STEP or RANK:STEP:save (STEP >= 1)"));
+    }
+  }
   ProcessGroup* pg = pg_.get();
   hooks_.sum_over_ranks = [pg](double v) { return AllReduceScalar(*pg, v, ReduceOp::kSum); };
   return absl::OkStatus();
+}
+
+const DataParallelHooks* DataParallelStrategy::DataParallel() const {
+  if (kill_rank_ >= 0 && !kill_hook_added_ && pg_ != nullptr && pg_->rank() == kill_rank_) {
+    kill_hook_added_ = true;
+    std::function<absl::Status()> inner = hooks_.after_update;
+    hooks_.after_update = [this, inner]() -> absl::Status {
+      if (inner) CCTUNE_RETURN_IF_ERROR(inner());
+      ++steps_done_;
+      TestKillPoint("step");
+      return absl::OkStatus();
+    };
+  }
+  return &hooks_;
+}
+
+void DataParallelStrategy::TestKillPoint(const char* where) const {
+  if (kill_rank_ < 0 || pg_ == nullptr || pg_->rank() != kill_rank_ ||
+      steps_done_ != kill_step_ || kill_where_ != where) {
+    return;
+  }
+  std::fprintf(stderr, "cctune: rank %d: CCTUNE_TEST_SIGKILL_AT_STEP: SIGKILL %s step %lld\n",
+               pg_->rank(), kill_where_ == "save" ? "in the save after" : "after",
+               static_cast<long long>(steps_done_));
+  std::fflush(stderr);
+  ::kill(::getpid(), SIGKILL);
 }
 
 }  // namespace cctune

@@ -13,6 +13,8 @@
 #ifndef CCTUNE_RECIPES_DATA_PARALLEL_STRATEGY_H_
 #define CCTUNE_RECIPES_DATA_PARALLEL_STRATEGY_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,10 +39,16 @@ class DataParallelStrategy : public StrategyDecorator {
   // The inner strategy's, then the process group (rank > 0 logs warnings and errors only).
   absl::Status Configure(const ConfigNode& root) override;
   ProcessGroup* Group() override { return pg_.get(); }
-  const DataParallelHooks* DataParallel() const override { return &hooks_; }
+  // The hooks. Tests only: with $CCTUNE_TEST_SIGKILL_AT_STEP=R:K rank R SIGKILLs itself
+  // after the optimizer update of the K-th step this process trains; with R:K:save, in the
+  // save after that step, once the weights are gathered (TestKillPoint).
+  const DataParallelHooks* DataParallel() const override;
 
  protected:
   ProcessGroup& pg() const { return *pg_; }
+  // Where a save has gathered the weights: the R:K:save kill point of
+  // $CCTUNE_TEST_SIGKILL_AT_STEP (a no-op otherwise).
+  void TestKillPoint(const char* where) const;
   bool reshard_after_forward() const { return reshard_after_forward_; }
   // sum_over_ranks is set by Configure; the subclass sets the rest (from OptimizerBuffers,
   // const in the interface: the skeleton calls it once, before any step).
@@ -50,6 +58,11 @@ class DataParallelStrategy : public StrategyDecorator {
   FinetuneRecipeDocs docs_;
   std::unique_ptr<ProcessGroup> pg_;
   bool reshard_after_forward_ = true;
+  int kill_rank_ = -1;       // $CCTUNE_TEST_SIGKILL_AT_STEP
+  int64_t kill_step_ = 0;
+  std::string kill_where_ = "step";
+  mutable bool kill_hook_added_ = false;
+  mutable int64_t steps_done_ = 0;
 };
 
 }  // namespace cctune

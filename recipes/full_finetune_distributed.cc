@@ -135,6 +135,7 @@ class FsdpStrategy final : public DataParallelStrategy {
   }
 
   absl::Status WholeWeights(bool whole) override {
+    if (!whole) TestKillPoint("save");
     if (layered_ == nullptr) return absl::OkStatus();
     return whole ? layered_->GatherAll() : layered_->ReleaseAll();
   }
