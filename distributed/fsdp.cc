@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -219,23 +220,24 @@ absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::Create(
     }
   }
   begin[0] = 0;
+  const int rank = pg->rank();
   for (int u = 0; u < num_units; ++u) {
     Unit x;
     x.begin = begin[u];
     x.end = u + 1 < num_units ? begin[u + 1] : p.numel();
     const int64_t len = x.end - x.begin;
-    if (len % n != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "per-layer sharding: unit ", u, " has ", len, " elements, not a multiple of ", n,
-          " ranks"));
-    }
-    x.shard = len / n;
-    CCTUNE_ASSIGN_OR_RETURN(x.shard_param, p.Narrow(0, x.begin + pg->rank() * x.shard, x.shard));
-    CCTUNE_ASSIGN_OR_RETURN(x.staging, Tensor::Empty({x.shard}, p.dtype(), p.device()));
+    // Rank r owns [r * stride, r * stride + count_r) of the unit: ceil(len / N) elements, the
+    // last ranks fewer when N does not divide len (the collectives' chunks are padded).
+    x.stride = ShardNumel(len, n);
+    x.even = x.stride * n == len;
+    x.own = std::min(len, rank * x.stride);
+    x.shard = std::min(len, x.own + x.stride) - x.own;
+    CCTUNE_ASSIGN_OR_RETURN(x.shard_param, p.Narrow(0, x.begin + x.own, x.shard));
+    CCTUNE_ASSIGN_OR_RETURN(x.staging, Tensor::Zeros({x.stride}, p.dtype(), p.device()));
     CCTUNE_ASSIGN_OR_RETURN(x.view, p.Narrow(0, x.begin, len));
     CCTUNE_ASSIGN_OR_RETURN(x.grad_view, g.Narrow(0, x.begin, len));
     CCTUNE_ASSIGN_OR_RETURN(x.shard_grad, Tensor::Zeros({x.shard}, DType::kF32, g.device()));
-    CCTUNE_ASSIGN_OR_RETURN(x.reduced, Tensor::Empty({x.shard}, DType::kF32, g.device()));
+    CCTUNE_ASSIGN_OR_RETURN(x.reduced, Tensor::Empty({x.stride}, DType::kF32, g.device()));
     out->units_.push_back(std::move(x));
   }
   // From here on a rank keeps its own shards; the rest comes back when a unit is used.
@@ -253,6 +255,15 @@ std::vector<ParamBuffer> LayerShardedArena::OptimizerBuffers() const {
   return out;
 }
 
+std::map<std::string, ShardSpan> LayerShardedArena::ShardSpans() const {
+  std::map<std::string, ShardSpan> out;
+  for (int u = 0; u < num_units(); ++u) {
+    out[absl::StrCat("unit", u, "_", DTypeName(params_.dtype()))] =
+        ShardSpan{units_[u].stride, units_[u].shard};
+  }
+  return out;
+}
+
 int64_t LayerShardedArena::ShardGradientBytes() const {
   int64_t bytes = 0;
   for (const Unit& x : units_) bytes += static_cast<int64_t>(x.shard_grad.nbytes());
@@ -262,7 +273,7 @@ int64_t LayerShardedArena::ShardGradientBytes() const {
 int64_t LayerShardedArena::ResidentForeignElements() const {
   int64_t n = 0;
   for (const Unit& x : units_) {
-    if (x.resident) n += (x.end - x.begin) - x.shard;
+    if (x.resident) n += (x.end - x.begin) - x.shard;  // (x.shard: this rank's count)
   }
   return n;
 }
@@ -277,8 +288,33 @@ absl::Status LayerShardedArena::Prefetch(int u) {
   if (u < 0 || u >= num_units()) return absl::OkStatus();
   Unit& x = units_[u];
   if (x.resident || x.gather != nullptr) return absl::OkStatus();
-  CCTUNE_RETURN_IF_ERROR(x.staging.CopyFrom(x.shard_param));
-  CCTUNE_ASSIGN_OR_RETURN(x.gather, pg_->StartAllGather(x.staging, x.view));
+  if (x.even) {
+    CCTUNE_RETURN_IF_ERROR(x.staging.CopyFrom(x.shard_param));
+    CCTUNE_ASSIGN_OR_RETURN(x.gather, pg_->StartAllGather(x.staging, x.view));
+    return absl::OkStatus();
+  }
+  // Uneven: the padded chunks gather into a buffer of N * stride, copied into the unit after.
+  if (x.shard > 0) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor head, x.staging.Narrow(0, 0, x.shard));
+    CCTUNE_RETURN_IF_ERROR(head.CopyFrom(x.shard_param));
+  }
+  CCTUNE_ASSIGN_OR_RETURN(x.gathered,
+                          Tensor::Empty({x.stride * pg_->world_size()}, params_.dtype(),
+                                        params_.device()));
+  CCTUNE_ASSIGN_OR_RETURN(x.gather, pg_->StartAllGather(x.staging, x.gathered));
+  return absl::OkStatus();
+}
+
+// Waits for the unit's gather in flight; an uneven unit's gathered chunks go into the arena.
+absl::Status LayerShardedArena::FinishGather(Unit& x) {
+  const absl::Status s = x.gather->Wait();
+  x.gather.reset();
+  CCTUNE_RETURN_IF_ERROR(s);
+  if (!x.even) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor used, x.gathered.Narrow(0, 0, x.end - x.begin));
+    CCTUNE_RETURN_IF_ERROR(x.view.CopyFrom(used));
+    x.gathered = Tensor();
+  }
   return absl::OkStatus();
 }
 
@@ -286,25 +322,19 @@ absl::Status LayerShardedArena::Acquire(int u) {
   Unit& x = units_[u];
   if (x.resident) return absl::OkStatus();
   CCTUNE_RETURN_IF_ERROR(Prefetch(u));
-  const absl::Status s = x.gather->Wait();
-  x.gather.reset();
-  CCTUNE_RETURN_IF_ERROR(s);
+  CCTUNE_RETURN_IF_ERROR(FinishGather(x));
   x.resident = true;
   return absl::OkStatus();
 }
 
 absl::Status LayerShardedArena::Release(int u) {
   Unit& x = units_[u];
-  if (x.gather != nullptr) {
-    const absl::Status s = x.gather->Wait();
-    x.gather.reset();
-    CCTUNE_RETURN_IF_ERROR(s);
-  }
+  if (x.gather != nullptr) CCTUNE_RETURN_IF_ERROR(FinishGather(x));  // (its data unused)
   if (!x.resident || pg_->world_size() == 1) {
     x.resident = pg_->world_size() == 1;  // a world of one owns everything
     return absl::OkStatus();
   }
-  const int64_t own = x.begin + pg_->rank() * x.shard;
+  const int64_t own = x.begin + x.own;
   CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, x.begin, own, /*zero=*/false));
   CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, own + x.shard, x.end, /*zero=*/false));
   x.resident = false;
@@ -313,8 +343,22 @@ absl::Status LayerShardedArena::Release(int u) {
 
 absl::Status LayerShardedArena::ReduceScatter(int u) {
   Unit& x = units_[u];
-  CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(x.grad_view, x.reduced, ReduceOp::kSum));
-  CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, x.reduced));
+  if (x.even) {
+    CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(x.grad_view, x.reduced, ReduceOp::kSum));
+    CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, x.reduced));
+  } else {
+    // Uneven: the unit's gradients, zero padded to N * stride, then this rank's count.
+    const int64_t len = x.end - x.begin;
+    CCTUNE_ASSIGN_OR_RETURN(Tensor padded, Tensor::Zeros({x.stride * pg_->world_size()},
+                                                         DType::kF32, grads_.device()));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor head, padded.Narrow(0, 0, len));
+    CCTUNE_RETURN_IF_ERROR(head.CopyFrom(x.grad_view));
+    CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(padded, x.reduced, ReduceOp::kSum));
+    if (x.shard > 0) {
+      CCTUNE_ASSIGN_OR_RETURN(Tensor mine, x.reduced.Narrow(0, 0, x.shard));
+      CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, mine));
+    }
+  }
   return DiscardRange(grads_, x.begin, x.end, /*zero=*/true);
 }
 
@@ -355,42 +399,53 @@ absl::Status LayerShardedArena::ReleaseAll() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, int64_t shard_numel,
+absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, ShardSpan span,
                                      int rank, int world_size) {
   if (old_shards.empty()) return absl::InvalidArgumentError("reshard: no shards");
-  const int64_t old_numel = old_shards[0].numel();
   std::vector<float> all;
-  all.reserve(static_cast<size_t>(old_numel) * old_shards.size());
   for (size_t r = 0; r < old_shards.size(); ++r) {
     const Tensor& t = old_shards[r];
-    if (t.dtype() != DType::kF32 || t.numel() != old_numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "reshard: shard ", r, " is ", DTypeName(t.dtype()), " [", t.numel(), "], shard 0 f32 [",
-          old_numel, "]"));
+    if (t.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("reshard: shard ", r, " is ",
+                                                     DTypeName(t.dtype()), " [", t.numel(),
+                                                     "], not f32"));
     }
     CCTUNE_ASSIGN_OR_RETURN(std::vector<float> v, t.ToFloatVector());
     all.insert(all.end(), v.begin(), v.end());
   }
   // What no new shard covers must be padding.
-  for (size_t i = static_cast<size_t>(shard_numel) * world_size; i < all.size(); ++i) {
+  for (size_t i = static_cast<size_t>(span.stride) * world_size; i < all.size(); ++i) {
     if (all[i] != 0.0f) {
       return absl::InvalidArgumentError(absl::StrCat(
           "reshard: element ", i, " of the saved shards (", all[i], ") lies past the ",
-          shard_numel * world_size, " elements of ", world_size, " shards of ", shard_numel));
+          span.stride * world_size, " elements of ", world_size, " shards of ", span.stride));
     }
   }
-  CCTUNE_ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros({shard_numel}, DType::kF32));
+  CCTUNE_ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros({span.numel}, DType::kF32));
   float* o = out.data<float>();
-  const int64_t begin = static_cast<int64_t>(rank) * shard_numel;
-  for (int64_t i = 0; i < shard_numel && begin + i < static_cast<int64_t>(all.size()); ++i) {
+  const int64_t begin = static_cast<int64_t>(rank) * span.stride;
+  for (int64_t i = 0; i < span.numel && begin + i < static_cast<int64_t>(all.size()); ++i) {
     o[i] = all[static_cast<size_t>(begin + i)];
   }
   return out;
 }
 
+absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, int64_t shard_numel,
+                                     int rank, int world_size) {
+  return ReshardTensor(old_shards, ShardSpan{shard_numel, shard_numel}, rank, world_size);
+}
+
 absl::StatusOr<OptimizerState> ReshardOptimizerState(
     const std::vector<OptimizerState>& old_states,
     const std::map<std::string, int64_t>& shard_numel, int rank, int world_size) {
+  std::map<std::string, ShardSpan> spans;
+  for (const auto& [name, c] : shard_numel) spans[name] = ShardSpan{c, c};
+  return ReshardOptimizerState(old_states, spans, rank, world_size);
+}
+
+absl::StatusOr<OptimizerState> ReshardOptimizerState(
+    const std::vector<OptimizerState>& old_states,
+    const std::map<std::string, ShardSpan>& shard_numel, int rank, int world_size) {
   if (old_states.empty()) return absl::InvalidArgumentError("reshard: no optimizer states");
   const OptimizerState& first = old_states[0];
   for (size_t r = 1; r < old_states.size(); ++r) {

@@ -1,7 +1,7 @@
 // Sharded data parallel over a ParameterArena (ZeRO / FSDP). Two granularities:
 //
 //   LayerShardedArena (ZeRO-3, what full_finetune_distributed uses): the arena is cut into
-//   per-layer units, each unit into N equal shards; each rank keeps its shards resident and
+//   per-layer units, each unit into N shards (equal but for the last ones, any N); each rank keeps its shards resident and
 //   gathers a unit's others just before the unit is used (see the class).
 //   ShardedArena (the fallback): every buffer, padded to a multiple of N, cut into N shards;
 //   the weights stay whole on every rank, the whole gradient arena is reduce-scattered once
@@ -33,6 +33,12 @@
 #include "training/optim.h"
 
 namespace cctune {
+
+// Where rank r's shard lies in the whole: elements [r * stride, r * stride + numel).
+struct ShardSpan {
+  int64_t stride = 0;
+  int64_t numel = 0;
+};
 
 // Elements per shard of a buffer of `numel` elements over `world_size` ranks: ceil(numel / N)
 // (the buffer is padded to N * ShardNumel).
@@ -85,8 +91,9 @@ class ShardedArena {
 
 // ZeRO-3 / FSDP's per-layer units over a decoder's arena (one buffer): unit 0 is
 // tok_embeddings, unit i + 1 layers.i, unit L + 1 the rest (the final norm, the output
-// projection); each unit is a contiguous range of the buffer cut into N equal shards, and
-// rank r owns shard r of every unit: its parameters (always resident), the reduced gradients
+// projection); each unit is a contiguous range of the buffer cut into N shards of
+// ceil(len / N) elements (the last ones shorter when N does not divide len: any world size
+// works), and rank r owns shard r of every unit: its parameters (always resident), the reduced gradients
 // and the optimizer state. The other shards of a unit are all-gathered into the arena before
 // the unit is used and their pages handed back to the kernel (madvise MADV_DONTNEED on the
 // CPU) when it is done, so a rank holds its shards plus the units in flight; the gradient
@@ -105,8 +112,9 @@ class ShardedArena {
 class LayerShardedArena {
  public:
   // InvalidArgument (the caller may fall back to ShardedArena) when the arena has more than
-  // one buffer, a unit is not contiguous, or a unit's length is not a multiple of N (unit
-  // boundaries are multiples of kParameterAlignmentElements: N must divide 32).
+  // one buffer or a unit is not contiguous. A unit whose length N does not divide gathers
+  // into a padded buffer of N * ceil(len / N) elements and reduce-scatters a padded copy of
+  // its gradients (one copy each way more than an even unit).
   static absl::StatusOr<std::unique_ptr<LayerShardedArena>> Create(
       ProcessGroup* pg, const ParameterArena& params, const ParameterArena& grads,
       int num_layers, bool tied_output, bool reshard_after_forward);
@@ -114,6 +122,8 @@ class LayerShardedArena {
   int num_units() const { return static_cast<int>(units_.size()); }
   // One buffer per unit, "unit<u>_<dtype>": this rank's parameter shard and gradient shard.
   std::vector<ParamBuffer> OptimizerBuffers() const;
+  // Where this rank's shard of each unit lies in the unit, by the names above.
+  std::map<std::string, ShardSpan> ShardSpans() const;
   int64_t ShardGradientBytes() const;
   // Elements of the units' non-owned ranges resident now (for tests and logs).
   int64_t ResidentForeignElements() const;
@@ -128,17 +138,23 @@ class LayerShardedArena {
  private:
   struct Unit {
     int64_t begin = 0, end = 0;  // in the buffer
-    int64_t shard = 0;           // elements per rank
+    // Rank r owns unit elements [r * stride, r * stride + count_r): stride = ceil(len / N);
+    // `own` and `shard` are this rank's start (in the unit) and count. `even`: N divides len
+    // (every count is the stride, the collectives work in the arena itself).
+    int64_t stride = 0, own = 0, shard = 0;
+    bool even = true;
     bool resident = true;        // the arena holds every rank's shard now
     std::unique_ptr<Work> gather;  // in flight
     // The unit's parameters and gradients in the arenas; this rank's shard of its parameters
     // (a view) and of its reduced gradients; the all-gather's input and the reduce-scatter's
     // output.
     Tensor view, grad_view, shard_param, shard_grad, staging, reduced;
+    Tensor gathered;  // an uneven unit's gather in flight: N * stride elements
   };
   LayerShardedArena() = default;
   int UnitOfStage(int stage) const;
   absl::Status Acquire(int u);
+  absl::Status FinishGather(Unit& x);
   absl::Status Prefetch(int u);
   absl::Status Release(int u);
   absl::Status ReduceScatter(int u);
@@ -152,10 +168,13 @@ class LayerShardedArena {
 };
 
 // Resharding a 1-D tensor saved sharded at another world size: `old_shards` are the old
-// ranks' shards (equal sizes, f32) in rank order; returns elements [rank * shard_numel,
-// (rank + 1) * shard_numel) of their concatenation as a new f32 CPU tensor, zero past its
-// end. The elements the new shards leave out must be zero (padding): InvalidArgument
-// otherwise, and when the shards differ in size or dtype.
+// ranks' shards (f32, the last ones possibly shorter: uneven units) in rank order; returns
+// elements [rank * span.stride, rank * span.stride + span.numel) of their concatenation as a
+// new f32 CPU tensor, zero past its end. The elements past world_size * span.stride must be
+// zero (padding): InvalidArgument otherwise, and when a shard is not f32.
+absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, ShardSpan span,
+                                     int rank, int world_size);
+// Equal shards: span {shard_numel, shard_numel}.
 absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, int64_t shard_numel,
                                      int rank, int world_size);
 
@@ -166,6 +185,10 @@ absl::StatusOr<Tensor> ReshardTensor(const std::vector<Tensor>& old_shards, int6
 // InvalidArgument when the states disagree (optimizer, tensor names) or name a buffer
 // `shard_numel` lacks; Unimplemented for state that is not f32 (AdamW8bit's packed codes)
 // across world sizes.
+absl::StatusOr<OptimizerState> ReshardOptimizerState(
+    const std::vector<OptimizerState>& old_states,
+    const std::map<std::string, ShardSpan>& shard_numel, int rank, int world_size);
+// Equal shards of shard_numel[<buffer>] elements.
 absl::StatusOr<OptimizerState> ReshardOptimizerState(
     const std::vector<OptimizerState>& old_states,
     const std::map<std::string, int64_t>& shard_numel, int rank, int world_size);

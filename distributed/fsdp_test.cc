@@ -1,5 +1,6 @@
 #include "distributed/fsdp.h"
 
+#include <algorithm>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -237,6 +238,15 @@ int64_t ResidentPages(const Tensor& buf, int64_t begin, int64_t end) {
   return n;
 }
 
+// The pages wholly inside elements [begin, end) of an f32 buffer.
+int64_t WholePages(const Tensor& buf, int64_t begin, int64_t end) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(buf.data<float>() + begin);
+  const uintptr_t e = reinterpret_cast<uintptr_t>(buf.data<float>() + end);
+  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;
+  return last <= first ? 0 : static_cast<int64_t>((last - first) / page);
+}
+
 // A decoder-shaped arena: the table, two layers and the head, 8192 elements each (32 KiB).
 ParameterLayout DecoderLayout() {
   std::vector<ParameterSpec> specs = {{"tok_embeddings.weight", {8192}, DType::kF32, {}},
@@ -247,14 +257,15 @@ ParameterLayout DecoderLayout() {
   return *ParameterLayout::Create(specs);
 }
 
-// Per-layer units on 1, 2 and 4 ranks: the foreign shards' pages are handed back until a unit
-// is used, gathered (with the owners' values) before it, released after it; gradients are
-// reduce-scattered per unit, summed, accumulated over calls and their pages released.
+// Per-layer units on 1 to 5 ranks (3 and 5 do not divide the units: uneven shards): the
+// foreign shards' pages are handed back until a unit is used, gathered (with the owners'
+// values) before it, released after it; gradients are reduce-scattered per unit, summed,
+// accumulated over calls and their pages released.
 TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
-  for (int n : {1, 2, 4}) {
+  for (int n : {1, 2, 3, 4, 5}) {
     std::vector<std::string> failures(n);
     OnRanks(n, [&](ProcessGroup& g) {
-      const ParameterLayout layout = DecoderLayout();
+      const ParameterLayout layout = DecoderLayout().PadBuffersTo(n);
       ParameterArena params = *ParameterArena::Allocate(layout, Device::Cpu());
       ParameterArena grads = *ParameterArena::Allocate(layout, Device::Cpu());
       float* p = params.buffers()[0].data<float>();
@@ -266,16 +277,21 @@ TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
       const std::vector<ParamBuffer> buffers = l.OptimizerBuffers();
       ASSERT_EQ(buffers.size(), 4u);
       EXPECT_EQ(buffers[1].name, "unit1_f32");
-      const int64_t c = 8192 / n;
+      // Unit 1 (layers.0) spans [8192, 16384); this rank owns [8192 + r*stride, + c): stride
+      // ceil(8192 / n), c the stride but for the last ranks (n = 3: 2731, 2731, 2730).
+      const int64_t stride = (8192 + n - 1) / n;
+      const int64_t c = std::max<int64_t>(0, std::min<int64_t>(stride, 8192 - g.rank() * stride));
       ASSERT_EQ(buffers[1].param.numel(), c);
+      const ShardSpan span = l.ShardSpans().at("unit1_f32");
+      EXPECT_EQ(span.stride, stride);
+      EXPECT_EQ(span.numel, c);
       const Tensor& pb = params.buffers()[0];
-      // Unit 1 (layers.0) spans [8192, 16384); this rank owns [8192 + r*c, 8192 + (r+1)*c).
-      const int64_t own = 8192 + g.rank() * c;
+      const int64_t own = 8192 + g.rank() * stride;
       if (n > 1) {
         EXPECT_EQ(ResidentPages(pb, 8192, own), 0);
         EXPECT_EQ(ResidentPages(pb, own + c, 16384), 0);
       }
-      EXPECT_GT(ResidentPages(pb, own, own + c), 0);
+      EXPECT_EQ(ResidentPages(pb, own, own + c), WholePages(pb, own, own + c));
       EXPECT_EQ(l.ResidentForeignElements(), 0);
       // Forward over the table and layer 0: unit 1 gathered with the owners' values.
       ASSERT_TRUE(l.BeforeStage(-1, false).ok());
@@ -290,8 +306,8 @@ TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
       // resident (unit 2's gather is in flight).
       EXPECT_EQ(l.ResidentForeignElements(), 8192 - c);
       if (n > 1) {
-        EXPECT_EQ(ResidentPages(pb, 0, g.rank() * c), 0);
-        EXPECT_EQ(ResidentPages(pb, (g.rank() + 1) * c, 8192), 0);
+        EXPECT_EQ(ResidentPages(pb, 0, g.rank() * stride), 0);
+        EXPECT_EQ(ResidentPages(pb, g.rank() * stride + c, 8192), 0);
       }
       // Gradients of layer 0, from two calls (micro-batches): summed over ranks, accumulated.
       float* gp = grads.buffers()[0].data<float>();
@@ -307,7 +323,14 @@ TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
       ASSERT_TRUE(l.ReleaseAll().ok());
       EXPECT_EQ(l.ResidentForeignElements(), 0);
       ASSERT_TRUE(l.GatherAll().ok());
-      for (int r = 0; r < n; ++r) EXPECT_EQ(p[8192 + r * c], -1.0f);
+      for (int r = 0; r < n; ++r) EXPECT_EQ(p[8192 + r * stride], -1.0f);
+      // The head unit (norm + output, 8192 elements plus the buffer's padding to n) too.
+      for (int64_t i = 3 * 8192; i < 4 * 8192; ++i) {
+        if (p[i] != static_cast<float>(i)) {
+          failures[g.rank()] = absl::StrCat("head element ", i, " is ", p[i]);
+          break;
+        }
+      }
     });
     for (int r = 0; r < n; ++r) EXPECT_EQ(failures[r], "") << "world " << n << " rank " << r;
   }
@@ -316,11 +339,14 @@ TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
 TEST(FsdpTest, LayerShardedArenaRefusesWhatItCannotCut) {
   ThreadWorld world(3);
   ThreadGroup g(&world, 0);
-  const ParameterLayout layout = DecoderLayout().PadBuffersTo(3);
-  ParameterArena p = *ParameterArena::Allocate(layout, Device::Cpu());
-  auto l = LayerShardedArena::Create(&g, p, p, 2, false, true);
+  // Two buffers (f32 and bf16): per-layer units need one.
+  std::vector<ParameterSpec> specs = {{"tok_embeddings.weight", {64}, DType::kF32, {}},
+                                      {"layers.0.w", {64}, DType::kBF16, {}},
+                                      {"norm.weight", {64}, DType::kF32, {}}};
+  ParameterArena p = *ParameterArena::Allocate(*ParameterLayout::Create(specs), Device::Cpu());
+  auto l = LayerShardedArena::Create(&g, p, p, 1, false, true);
   ASSERT_FALSE(l.ok());
-  EXPECT_THAT(l.status().message(), HasSubstr("unit 0 has 8192 elements, not a multiple of 3"));
+  EXPECT_THAT(l.status().message(), HasSubstr("the arena has 2 buffers"));
 }
 
 std::vector<Tensor> Shards(const std::vector<float>& full, int n) {
@@ -371,6 +397,37 @@ TEST(FsdpTest, ReshardOptimizerStateBetweenWorldSizes) {
           const int64_t at = r * c + i;
           EXPECT_EQ(got[i], at < 37 ? exp_avg[at] : 0.0f) << old_n << "->" << n;
           EXPECT_EQ(got_sq[i], at < 37 ? exp_avg_sq[at] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// Uneven shards (per-layer units that N does not divide): 10 elements saved at 3 ranks as
+// 4, 4, 2, and at 4 ranks as 3, 3, 3, 1; loaded at 1 to 5 ranks of stride ceil(10 / n).
+TEST(FsdpTest, ReshardUnevenShards) {
+  std::vector<float> full(10);
+  for (int i = 0; i < 10; ++i) full[i] = 1.0f + i;
+  for (int old_n = 1; old_n <= 5; ++old_n) {
+    const int64_t old_stride = (10 + old_n - 1) / old_n;
+    std::vector<Tensor> old;
+    for (int r = 0; r < old_n; ++r) {
+      const int64_t begin = std::min<int64_t>(10, r * old_stride);
+      const int64_t count = std::min<int64_t>(10, begin + old_stride) - begin;
+      Tensor t = *Tensor::Zeros({count}, DType::kF32);
+      for (int64_t i = 0; i < count; ++i) t.data<float>()[i] = full[begin + i];
+      old.push_back(t);
+    }
+    for (int n = 1; n <= 5; ++n) {
+      const int64_t stride = (10 + n - 1) / n;
+      for (int r = 0; r < n; ++r) {
+        const int64_t begin = std::min<int64_t>(10, r * stride);
+        const int64_t count = std::min<int64_t>(10, begin + stride) - begin;
+        auto got = ReshardTensor(old, ShardSpan{stride, count}, r, n);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->numel(), count);
+        for (int64_t i = 0; i < count; ++i) {
+          EXPECT_EQ(got->data<float>()[i], full[begin + i]) << old_n << "->" << n << " rank " << r;
         }
       }
     }

@@ -377,10 +377,12 @@ TEST(FullFinetuneDistributedTest, ADatasetSmallerThanTheWorldFailsBeforeAnyStep)
   EXPECT_FALSE(fs::exists(Dir("tiny_data") + "/LATEST"));
 }
 
-// 3 ranks (//recipes:distributed_recipes_3_ranks_test): per-layer units do not split in 3,
-// so the whole-buffer sharding runs; still the single-device run with the same global batch
-// (12 = 3 x 4), and a resume at 3 ranks is bit-identical.
-TEST(ThreeRanksTest, WholeBufferShardingIsTheSingleDeviceRun) {
+// 3 ranks (//recipes:distributed_recipes_3_ranks_test): 3 divides no per-layer unit (they
+// start on 32-element boundaries), so every unit is cut unevenly (the last rank's shard
+// shorter, the collectives' chunks padded); still the single-device run with the same global
+// batch (12 = 3 x 4), a resume at 3 ranks is bit-identical, and one from 3 ranks to 1 (the
+// uneven optimizer shards resharded) is within 1e-6 of the single-device run.
+TEST(ThreeRanksTest, UnevenPerLayerShardingIsTheSingleDeviceRun) {
   if (WorldSize() != 3) GTEST_SKIP() << "runs on 3 ranks";
   ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_3", FullYaml, {"batch_size=4"}), 0);
   ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_resumed", FullYaml,
@@ -388,6 +390,9 @@ TEST(ThreeRanksTest, WholeBufferShardingIsTheSingleDeviceRun) {
             0);
   ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_resumed", FullYaml,
                       {"batch_size=4", "resume_from_checkpoint=true"}),
+            0);
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_to_one", FullYaml,
+                      {"batch_size=4", "stop_after_steps=3"}),
             0);
   if (Rank() != 0) return;
   ASSERT_EQ(RunRecipe(FullFinetuneRecipe(), "three_1", FullYaml, {"batch_size=12"}), 0);
@@ -398,6 +403,12 @@ TEST(ThreeRanksTest, WholeBufferShardingIsTheSingleDeviceRun) {
   ExpectSameFiles(Dir("three_resumed") + "/step_4", Dir("three_3") + "/step_4",
                   {"model.safetensors", OptimizerShardFile(0, 3), OptimizerShardFile(1, 3),
                    OptimizerShardFile(2, 3)});
+  WorldOfOne one;
+  ASSERT_EQ(RunRecipe(FullFinetuneDistributedRecipe(), "three_to_one", FullYaml,
+                      {"batch_size=12", "resume_from_checkpoint=true"}),
+            0);
+  ExpectLossesNear(ReadLog(Log("three_to_one")), ReadLog(Log("three_1")), 1e-6);
+  ExpectWeightsNear(Dir("three_to_one") + "/step_4", Dir("three_1") + "/step_4", 1e-5);
 }
 
 TEST(LoRAFinetuneDistributedTest, TwoRanksAreTheSingleDeviceRun) {

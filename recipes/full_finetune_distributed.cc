@@ -93,8 +93,8 @@ class FsdpStrategy final : public DataParallelStrategy {
     return layout.PadBuffersTo(pg().world_size());
   }
 
-  // Per-layer units (ZeRO-3) when the arena allows them (one buffer, N dividing 32), else the
-  // whole-buffer sharding of the optimizer state and gradients.
+  // Per-layer units (ZeRO-3) when the arena allows them (one buffer), else the whole-buffer
+  // sharding of the optimizer state and gradients.
   absl::StatusOr<std::vector<ParamBuffer>> OptimizerBuffers(
       const ParameterArena& params, const ParameterArena& grads) const override {
     absl::StatusOr<std::unique_ptr<LayerShardedArena>> layered = LayerShardedArena::Create(
@@ -165,10 +165,13 @@ class FsdpStrategy final : public DataParallelStrategy {
       files.push_back(std::move(f));
     }
     if (same) return optimizer.ImportState(old[0]);
-    std::map<std::string, int64_t> shard_numel;
-    for (const ParamBuffer& b :
-         layered_ != nullptr ? layered_->OptimizerBuffers() : sharded_->OptimizerBuffers()) {
-      shard_numel[b.name] = b.param.numel();
+    std::map<std::string, ShardSpan> shard_numel;
+    if (layered_ != nullptr) {
+      shard_numel = layered_->ShardSpans();
+    } else {
+      for (const ParamBuffer& b : sharded_->OptimizerBuffers()) {
+        shard_numel[b.name] = ShardSpan{b.param.numel(), b.param.numel()};
+      }
     }
     CCTUNE_ASSIGN_OR_RETURN(OptimizerState mine,
                             ReshardOptimizerState(old, shard_numel, pg().rank(), pg().world_size()));

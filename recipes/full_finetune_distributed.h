@@ -7,7 +7,8 @@
 // reshard (fsdp_reshard_after_forward), again before its backward; its gradients are
 // reduce-scattered (summed; the loss is normalised by the global token count) after its
 // backward. The norm and clipping are over every rank's shard, and each rank updates its
-// shard. Where per-layer units do not fit (N not dividing 32, mixed dtypes) the optimizer
+// shard (any N: uneven units give the last ranks shorter shards). Where per-layer units do not
+// fit (mixed dtypes in one arena) the optimizer
 // state and reduced gradients of whole buffers are sharded instead (ShardedArena).
 //
 // Checkpoints (<output_dir>/step_<N>/): the consolidated HF weights and the recipe state
