@@ -343,23 +343,47 @@ absl::Status LayerShardedArena::Release(int u) {
 
 absl::Status LayerShardedArena::ReduceScatter(int u) {
   Unit& x = units_[u];
+  if (x.reduce != nullptr) CCTUNE_RETURN_IF_ERROR(FinishReduceScatters(-1));  // (not expected)
   if (x.even) {
-    CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(x.grad_view, x.reduced, ReduceOp::kSum));
-    CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, x.reduced));
+    CCTUNE_ASSIGN_OR_RETURN(x.reduce, pg_->StartReduceScatter(x.grad_view, x.reduced, ReduceOp::kSum));
   } else {
-    // Uneven: the unit's gradients, zero padded to N * stride, then this rank's count.
+    // Uneven: the unit's gradients, zero padded to N * stride (kept until the reduce is done).
     const int64_t len = x.end - x.begin;
-    CCTUNE_ASSIGN_OR_RETURN(Tensor padded, Tensor::Zeros({x.stride * pg_->world_size()},
-                                                         DType::kF32, grads_.device()));
-    CCTUNE_ASSIGN_OR_RETURN(Tensor head, padded.Narrow(0, 0, len));
+    CCTUNE_ASSIGN_OR_RETURN(x.rs_input, Tensor::Zeros({x.stride * pg_->world_size()}, DType::kF32,
+                                                      grads_.device()));
+    CCTUNE_ASSIGN_OR_RETURN(Tensor head, x.rs_input.Narrow(0, 0, len));
     CCTUNE_RETURN_IF_ERROR(head.CopyFrom(x.grad_view));
-    CCTUNE_RETURN_IF_ERROR(pg_->ReduceScatter(padded, x.reduced, ReduceOp::kSum));
-    if (x.shard > 0) {
-      CCTUNE_ASSIGN_OR_RETURN(Tensor mine, x.reduced.Narrow(0, 0, x.shard));
-      CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, mine));
-    }
+    CCTUNE_ASSIGN_OR_RETURN(x.reduce, pg_->StartReduceScatter(x.rs_input, x.reduced, ReduceOp::kSum));
+  }
+  pending_reduces_.push_back(u);
+  return absl::OkStatus();
+}
+
+absl::Status LayerShardedArena::FinishReduceScatter(int u) {
+  Unit& x = units_[u];
+  if (x.reduce == nullptr) return absl::OkStatus();
+  const absl::Status s = x.reduce->Wait();
+  x.reduce.reset();
+  CCTUNE_RETURN_IF_ERROR(s);
+  x.rs_input = Tensor();
+  if (x.shard > 0) {
+    CCTUNE_ASSIGN_OR_RETURN(Tensor mine, x.reduced.Narrow(0, 0, x.shard));
+    CCTUNE_RETURN_IF_ERROR(ops::Add(x.shard_grad, x.shard_grad, mine));
   }
   return DiscardRange(grads_, x.begin, x.end, /*zero=*/true);
+}
+
+absl::Status LayerShardedArena::FinishReduceScatters(int keep) {
+  std::vector<int> still;
+  for (int u : pending_reduces_) {
+    if (u == keep) {
+      still.push_back(u);
+      continue;
+    }
+    CCTUNE_RETURN_IF_ERROR(FinishReduceScatter(u));
+  }
+  pending_reduces_ = std::move(still);
+  return absl::OkStatus();
 }
 
 absl::Status LayerShardedArena::BeforeStage(int stage, bool backward) {
@@ -382,11 +406,15 @@ absl::Status LayerShardedArena::BeforeStage(int stage, bool backward) {
 absl::Status LayerShardedArena::GradientsReady(int stage) {
   if (stage == num_layers_ + 1) return absl::OkStatus();  // the head completes at the norm
   const int u = UnitOfStage(stage);
+  // Started: it overlaps the next layer's backward; the previous unit's is finished now (it
+  // had this layer's backward to hide behind), the last one (the table's) at once.
   CCTUNE_RETURN_IF_ERROR(ReduceScatter(u));
   CCTUNE_RETURN_IF_ERROR(Release(u));
   if (stage == num_layers_ && tied_) CCTUNE_RETURN_IF_ERROR(Release(0));
-  return absl::OkStatus();
+  return FinishReduceScatters(u == 0 ? -1 : u);
 }
+
+absl::Status LayerShardedArena::FinishGradients() { return FinishReduceScatters(-1); }
 
 absl::Status LayerShardedArena::GatherAll() {
   for (int u = 0; u < num_units(); ++u) CCTUNE_RETURN_IF_ERROR(Prefetch(u));
@@ -395,6 +423,7 @@ absl::Status LayerShardedArena::GatherAll() {
 }
 
 absl::Status LayerShardedArena::ReleaseAll() {
+  CCTUNE_RETURN_IF_ERROR(FinishReduceScatters(-1));
   for (int u = 0; u < num_units(); ++u) CCTUNE_RETURN_IF_ERROR(Release(u));
   return absl::OkStatus();
 }

@@ -104,9 +104,10 @@ class ShardedArena {
 // Forward: before stage s the unit is gathered (waiting for its prefetch) and the next one's
 // gather started (StartAllGather), and with reshard_after_forward the previous unit is
 // released. Backward: before layer i's the unit is gathered (again, after a reshard) and
-// layer i-1's prefetched; once a unit's gradients are complete they are reduce-scattered
-// (summed) and added to this rank's gradient shard (micro-batches accumulate there), the
-// unit's gradient pages released and its parameters released. After the optimizer's update
+// layer i-1's prefetched; once a unit's gradients are complete their reduce-scatter (a sum)
+// starts and its parameters are released; the reduce-scatter overlaps the next layer's
+// backward, then is added to this rank's gradient shard (micro-batches accumulate there) and
+// the unit's gradient pages released. After the optimizer's update
 // every unit is released (the resident copies are stale); WholeWeights gathers all of them
 // (saving), ReleaseAll gives them back.
 class LayerShardedArena {
@@ -131,6 +132,10 @@ class LayerShardedArena {
   // The decoder's parameter hook and the trainer's gradient-ready hook.
   absl::Status BeforeStage(int stage, bool backward);
   absl::Status GradientsReady(int stage);
+  // Waits for the gradients' reduce-scatters still in flight (GradientsReady finishes each
+  // one at the next unit's, and all of them at the table's, the backward's last): the
+  // gradient shards are then complete. ReleaseAll does it too.
+  absl::Status FinishGradients();
   // Every unit gathered (and kept) / released.
   absl::Status GatherAll();
   absl::Status ReleaseAll();
@@ -150,6 +155,8 @@ class LayerShardedArena {
     // output.
     Tensor view, grad_view, shard_param, shard_grad, staging, reduced;
     Tensor gathered;  // an uneven unit's gather in flight: N * stride elements
+    std::unique_ptr<Work> reduce;  // the gradients' reduce-scatter in flight
+    Tensor rs_input;               // an uneven unit's padded gradients, while it is
   };
   LayerShardedArena() = default;
   int UnitOfStage(int stage) const;
@@ -157,7 +164,10 @@ class LayerShardedArena {
   absl::Status FinishGather(Unit& x);
   absl::Status Prefetch(int u);
   absl::Status Release(int u);
-  absl::Status ReduceScatter(int u);
+  absl::Status ReduceScatter(int u);  // started
+  absl::Status FinishReduceScatter(int u);
+  // Every started reduce-scatter but unit `keep`'s (-1: all).
+  absl::Status FinishReduceScatters(int keep);
 
   ProcessGroup* pg_ = nullptr;
   Tensor params_, grads_;
@@ -165,6 +175,7 @@ class LayerShardedArena {
   bool tied_ = false;
   bool reshard_after_forward_ = true;
   std::vector<Unit> units_;
+  std::vector<int> pending_reduces_;  // units whose reduce-scatter is in flight
 };
 
 // Resharding a 1-D tensor saved sharded at another world size: `old_shards` are the old

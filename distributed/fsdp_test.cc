@@ -313,7 +313,8 @@ TEST(FsdpTest, LayerShardedArenaGathersAndReleasesUnits) {
       float* gp = grads.buffers()[0].data<float>();
       for (int call = 0; call < 2; ++call) {
         for (int64_t i = 8192; i < 16384; ++i) gp[i] = 1.0f + g.rank();
-        ASSERT_TRUE(l.GradientsReady(0).ok());
+        ASSERT_TRUE(l.GradientsReady(0).ok());  // the reduce-scatter started
+        ASSERT_TRUE(l.FinishGradients().ok());
         for (int64_t i = 8192; i < 16384; ++i) ASSERT_EQ(gp[i], 0.0f);
       }
       const float want = 2.0f * n * (n + 1) / 2.0f;

@@ -102,7 +102,8 @@ class FsdpStrategy final : public DataParallelStrategy {
     if (layered.ok()) {
       layered_ = std::move(*layered);
       LayerShardedArena* l = layered_.get();
-      hooks_.reduce_gradients = nullptr;  // per unit, in the backward
+      // Per unit, in the backward; the last ones are waited for here at the latest.
+      hooks_.reduce_gradients = [l](const std::vector<Tensor>&) { return l->FinishGradients(); };
       hooks_.sharded_gradients = true;
       hooks_.after_update = [l] { return l->ReleaseAll(); };
       LogInfo("Sharded per layer over %d ranks (%d units, reshard_after_forward %s): this "
