@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -69,6 +70,7 @@ absl::Status DataParallelStrategy::Configure(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(const Device dev, ParseDevice(device));
   CCTUNE_ASSIGN_OR_RETURN(const DistributedEnv env, ReadDistributedEnv());
   CCTUNE_ASSIGN_OR_RETURN(pg_, CreateProcessGroup(env, options, dev));
+  timed_ = std::make_unique<TimedProcessGroup>(pg_.get());
   if (pg_->rank() > 0 && GetLogLevel() < LogLevel::kWarning) SetLogLevel(LogLevel::kWarning);
   LogInfo("%s: %d rank%s (%s backend, from %s)", docs_.name, pg_->world_size(),
           pg_->world_size() == 1 ? "" : "s", pg_->backend(), env.source.c_str());
@@ -83,12 +85,33 @@ absl::Status DataParallelStrategy::Configure(const ConfigNode& root) {
           "\": expected RANK:STEP or RANK:STEP:save (STEP >= 1)"));
     }
   }
-  ProcessGroup* pg = pg_.get();
+  ProcessGroup* pg = timed_.get();
   hooks_.sum_over_ranks = [pg](double v) { return AllReduceScalar(*pg, v, ReduceOp::kSum); };
   return absl::OkStatus();
 }
 
+namespace {
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+DataParallelStrategy::~DataParallelStrategy() {
+  if (!timing_ || timed_ == nullptr || timed_->world_size() == 1 || timed_->rank() != 0) return;
+  const double elapsed = SteadySeconds() - timing_start_;
+  LogInfo("%s: rank 0 was blocked in collectives for %.2f s of the %.2f s since training "
+          "started (%.1f%%, %lld collectives): the communication that compute did not hide",
+          docs_.name, timed_->blocked_seconds(), elapsed,
+          elapsed > 0 ? 100.0 * timed_->blocked_seconds() / elapsed : 0.0,
+          static_cast<long long>(timed_->collectives()));
+}
+
 const DataParallelHooks* DataParallelStrategy::DataParallel() const {
+  if (!timing_ && timed_ != nullptr) {
+    timing_ = true;
+    timing_start_ = SteadySeconds();
+    timed_->Reset();
+  }
   if (kill_rank_ >= 0 && !kill_hook_added_ && pg_ != nullptr && pg_->rank() == kill_rank_) {
     kill_hook_added_ = true;
     std::function<absl::Status()> inner = hooks_.after_update;

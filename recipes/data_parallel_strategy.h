@@ -23,6 +23,7 @@
 #include "config/node.h"
 #include "config/schema.h"
 #include "distributed/process_group.h"
+#include "distributed/timed_process_group.h"
 #include "recipes/finetune_recipe.h"
 #include "training/train_step.h"
 
@@ -32,20 +33,23 @@ class DataParallelStrategy : public StrategyDecorator {
  public:
   DataParallelStrategy(std::unique_ptr<FinetuneStrategy> inner, FinetuneRecipeDocs docs)
       : StrategyDecorator(std::move(inner)), docs_(docs) {}
+  // Logs (rank 0) how long the training thread was blocked in collectives since training
+  // started: the exposed communication.
+  ~DataParallelStrategy() override;
 
   FinetuneRecipeDocs docs() const override { return docs_; }
   void ExtendSchema(Schema& schema) const override;
   void Validate(const ConfigNode& root, std::vector<ConfigError>* errors) const override;
   // The inner strategy's, then the process group (rank > 0 logs warnings and errors only).
   absl::Status Configure(const ConfigNode& root) override;
-  ProcessGroup* Group() override { return pg_.get(); }
+  ProcessGroup* Group() override { return timed_.get(); }
   // The hooks. Tests only: with $CCTUNE_TEST_SIGKILL_AT_STEP=R:K rank R SIGKILLs itself
   // after the optimizer update of the K-th step this process trains; with R:K:save, in the
   // save after that step, once the weights are gathered (TestKillPoint).
   const DataParallelHooks* DataParallel() const override;
 
  protected:
-  ProcessGroup& pg() const { return *pg_; }
+  ProcessGroup& pg() const { return *timed_; }
   // Where a save has gathered the weights: the R:K:save kill point of
   // $CCTUNE_TEST_SIGKILL_AT_STEP (a no-op otherwise).
   void TestKillPoint(const char* where) const;
@@ -57,6 +61,9 @@ class DataParallelStrategy : public StrategyDecorator {
  private:
   FinetuneRecipeDocs docs_;
   std::unique_ptr<ProcessGroup> pg_;
+  std::unique_ptr<TimedProcessGroup> timed_;  // over pg_: what the recipe uses
+  mutable bool timing_ = false;               // since DataParallel(), before the first step
+  mutable double timing_start_ = 0;           // steady clock, seconds
   bool reshard_after_forward_ = true;
   int kill_rank_ = -1;       // $CCTUNE_TEST_SIGKILL_AT_STEP
   int64_t kill_step_ = 0;
