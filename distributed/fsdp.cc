@@ -172,21 +172,44 @@ absl::Status ShardedArena::AllGatherParameters() {
 absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::Create(
     ProcessGroup* pg, const ParameterArena& params, const ParameterArena& grads, int num_layers,
     bool tied_output, bool reshard_after_forward) {
+  if (grads.buffers().size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "per-layer sharding: the gradient arena has ", grads.buffers().size(),
+        " buffers (one dtype is needed)"));
+  }
+  return Make(pg, params, &grads, num_layers, tied_output, reshard_after_forward, {});
+}
+
+absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::CreateFrozen(
+    ProcessGroup* pg, const ParameterArena& params, int num_layers, bool tied_output,
+    bool reshard_after_forward, std::vector<std::pair<int64_t, int64_t>> keep_resident) {
+  std::sort(keep_resident.begin(), keep_resident.end());
+  return Make(pg, params, nullptr, num_layers, tied_output, reshard_after_forward,
+              std::move(keep_resident));
+}
+
+absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::Make(
+    ProcessGroup* pg, const ParameterArena& params, const ParameterArena* grads, int num_layers,
+    bool tied_output, bool reshard_after_forward,
+    std::vector<std::pair<int64_t, int64_t>> keep_resident) {
   const int n = pg->world_size();
-  if (params.buffers().size() != 1 || grads.buffers().size() != 1) {
+  if (params.buffers().size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "per-layer sharding: the arena has ", params.buffers().size(),
         " buffers (one dtype is needed)"));
   }
   const Tensor& p = params.buffers()[0];
-  const Tensor& g = grads.buffers()[0];
-  if (p.numel() != g.numel() || g.dtype() != DType::kF32) {
+  const bool frozen = grads == nullptr;
+  const Tensor g = frozen ? Tensor() : grads->buffers()[0];
+  if (!frozen && (p.numel() != g.numel() || g.dtype() != DType::kF32)) {
     return absl::InvalidArgumentError("per-layer sharding: the gradient arena does not match");
   }
   auto out = std::unique_ptr<LayerShardedArena>(new LayerShardedArena());
   out->pg_ = pg;
   out->params_ = p;
   out->grads_ = g;
+  out->frozen_ = frozen;
+  out->keep_ = std::move(keep_resident);
   out->num_layers_ = num_layers;
   out->tied_ = tied_output;
   out->reshard_after_forward_ = reshard_after_forward;
@@ -235,13 +258,15 @@ absl::StatusOr<std::unique_ptr<LayerShardedArena>> LayerShardedArena::Create(
     CCTUNE_ASSIGN_OR_RETURN(x.shard_param, p.Narrow(0, x.begin + x.own, x.shard));
     CCTUNE_ASSIGN_OR_RETURN(x.staging, Tensor::Zeros({x.stride}, p.dtype(), p.device()));
     CCTUNE_ASSIGN_OR_RETURN(x.view, p.Narrow(0, x.begin, len));
-    CCTUNE_ASSIGN_OR_RETURN(x.grad_view, g.Narrow(0, x.begin, len));
-    CCTUNE_ASSIGN_OR_RETURN(x.shard_grad, Tensor::Zeros({x.shard}, DType::kF32, g.device()));
-    CCTUNE_ASSIGN_OR_RETURN(x.reduced, Tensor::Empty({x.stride}, DType::kF32, g.device()));
+    if (!frozen) {
+      CCTUNE_ASSIGN_OR_RETURN(x.grad_view, g.Narrow(0, x.begin, len));
+      CCTUNE_ASSIGN_OR_RETURN(x.shard_grad, Tensor::Zeros({x.shard}, DType::kF32, g.device()));
+      CCTUNE_ASSIGN_OR_RETURN(x.reduced, Tensor::Empty({x.stride}, DType::kF32, g.device()));
+    }
     out->units_.push_back(std::move(x));
   }
   // From here on a rank keeps its own shards; the rest comes back when a unit is used.
-  CCTUNE_RETURN_IF_ERROR(DiscardRange(g, 0, g.numel(), /*zero=*/true));
+  if (!frozen) CCTUNE_RETURN_IF_ERROR(DiscardRange(g, 0, g.numel(), /*zero=*/true));
   CCTUNE_RETURN_IF_ERROR(out->ReleaseAll());
   return out;
 }
@@ -335,10 +360,22 @@ absl::Status LayerShardedArena::Release(int u) {
     return absl::OkStatus();
   }
   const int64_t own = x.begin + x.own;
-  CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, x.begin, own, /*zero=*/false));
-  CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, own + x.shard, x.end, /*zero=*/false));
+  CCTUNE_RETURN_IF_ERROR(DiscardForeign(x.begin, own));
+  CCTUNE_RETURN_IF_ERROR(DiscardForeign(own + x.shard, x.end));
   x.resident = false;
   return absl::OkStatus();
+}
+
+// Hands back the pages of params_ [begin, end) but those of the ranges kept resident.
+absl::Status LayerShardedArena::DiscardForeign(int64_t begin, int64_t end) {
+  int64_t at = begin;
+  for (const auto& [kb, ke] : keep_) {
+    if (ke <= at) continue;
+    if (kb >= end) break;
+    CCTUNE_RETURN_IF_ERROR(DiscardRange(params_, at, std::min(kb, end), /*zero=*/false));
+    at = std::max(at, ke);
+  }
+  return DiscardRange(params_, at, end, /*zero=*/false);
 }
 
 absl::Status LayerShardedArena::ReduceScatter(int u) {
@@ -406,6 +443,10 @@ absl::Status LayerShardedArena::BeforeStage(int stage, bool backward) {
 absl::Status LayerShardedArena::GradientsReady(int stage) {
   if (stage == num_layers_ + 1) return absl::OkStatus();  // the head completes at the norm
   const int u = UnitOfStage(stage);
+  if (frozen_) {  // no gradients of its own: the unit is done
+    CCTUNE_RETURN_IF_ERROR(Release(u));
+    return stage == num_layers_ && tied_ ? Release(0) : absl::OkStatus();
+  }
   // Started: it overlaps the next layer's backward; the previous unit's is finished now (it
   // had this layer's backward to hide behind), the last one (the table's) at once.
   CCTUNE_RETURN_IF_ERROR(ReduceScatter(u));

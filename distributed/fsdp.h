@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -120,6 +121,14 @@ class LayerShardedArena {
       ProcessGroup* pg, const ParameterArena& params, const ParameterArena& grads,
       int num_layers, bool tied_output, bool reshard_after_forward);
 
+  // Only the weights sharded, for a frozen base (LoRA): no gradients (GradientsReady just
+  // releases the unit); `keep_resident` ([begin, end) element ranges of the buffer, e.g. the
+  // adapters, which every rank holds and updates alike) are never handed back, and a gather
+  // rewrites them with the owner's (identical) values.
+  static absl::StatusOr<std::unique_ptr<LayerShardedArena>> CreateFrozen(
+      ProcessGroup* pg, const ParameterArena& params, int num_layers, bool tied_output,
+      bool reshard_after_forward, std::vector<std::pair<int64_t, int64_t>> keep_resident);
+
   int num_units() const { return static_cast<int>(units_.size()); }
   // One buffer per unit, "unit<u>_<dtype>": this rank's parameter shard and gradient shard.
   std::vector<ParamBuffer> OptimizerBuffers() const;
@@ -159,6 +168,11 @@ class LayerShardedArena {
     Tensor rs_input;               // an uneven unit's padded gradients, while it is
   };
   LayerShardedArena() = default;
+  static absl::StatusOr<std::unique_ptr<LayerShardedArena>> Make(
+      ProcessGroup* pg, const ParameterArena& params, const ParameterArena* grads, int num_layers,
+      bool tied_output, bool reshard_after_forward,
+      std::vector<std::pair<int64_t, int64_t>> keep_resident);
+  absl::Status DiscardForeign(int64_t begin, int64_t end);
   int UnitOfStage(int stage) const;
   absl::Status Acquire(int u);
   absl::Status FinishGather(Unit& x);
@@ -176,6 +190,8 @@ class LayerShardedArena {
   bool reshard_after_forward_ = true;
   std::vector<Unit> units_;
   std::vector<int> pending_reduces_;  // units whose reduce-scatter is in flight
+  bool frozen_ = false;               // CreateFrozen: no gradients
+  std::vector<std::pair<int64_t, int64_t>> keep_;  // sorted ranges never handed back
 };
 
 // Resharding a 1-D tensor saved sharded at another world size: `old_shards` are the old

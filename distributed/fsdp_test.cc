@@ -347,7 +347,52 @@ TEST(FsdpTest, LayerShardedArenaRefusesWhatItCannotCut) {
   ParameterArena p = *ParameterArena::Allocate(*ParameterLayout::Create(specs), Device::Cpu());
   auto l = LayerShardedArena::Create(&g, p, p, 1, false, true);
   ASSERT_FALSE(l.ok());
-  EXPECT_THAT(l.status().message(), HasSubstr("the arena has 2 buffers"));
+  EXPECT_THAT(l.status().message(), HasSubstr("has 2 buffers"));
+  auto frozen = LayerShardedArena::CreateFrozen(&g, p, 1, false, true, {});
+  ASSERT_FALSE(frozen.ok());
+  EXPECT_THAT(frozen.status().message(), HasSubstr("the arena has 2 buffers"));
+}
+
+// A frozen base (LoRA) on 2 ranks: no gradients; the foreign shards' pages go back except the
+// ranges kept resident (the adapters), which keep their values; a gather restores the rest.
+TEST(FsdpTest, FrozenArenaKeepsTheResidentRanges) {
+  std::vector<std::string> failures(2);
+  OnRanks(2, [&](ProcessGroup& g) {
+    const ParameterLayout layout = DecoderLayout();
+    ParameterArena params = *ParameterArena::Allocate(layout, Device::Cpu());
+    float* p = params.buffers()[0].data<float>();
+    for (int64_t i = 0; i < layout.buffers()[0].numel; ++i) p[i] = static_cast<float>(i);
+    // Unit 1 is [8192, 16384): rank 0 owns its first half, rank 1 its second; keep 2048
+    // elements at the start of each half.
+    auto made = LayerShardedArena::CreateFrozen(&g, params, 2, false, true,
+                                                {{12288, 14336}, {8192, 10240}});
+    ASSERT_TRUE(made.ok()) << made.status();
+    LayerShardedArena& l = **made;
+    const Tensor& pb = params.buffers()[0];
+    const int64_t foreign = g.rank() == 0 ? 12288 : 8192;
+    EXPECT_EQ(ResidentPages(pb, foreign, foreign + 2048), WholePages(pb, foreign, foreign + 2048));
+    EXPECT_EQ(ResidentPages(pb, foreign + 2048, foreign + 4096), 0);
+    for (int64_t i = foreign; i < foreign + 2048; ++i) {
+      if (p[i] != static_cast<float>(i)) failures[g.rank()] = absl::StrCat("kept ", i, " is ", p[i]);
+    }
+    ASSERT_TRUE(l.BeforeStage(-1, false).ok());
+    ASSERT_TRUE(l.BeforeStage(0, false).ok());
+    for (int64_t i = 8192; i < 16384; ++i) {
+      if (p[i] != static_cast<float>(i)) {
+        failures[g.rank()] = absl::StrCat("gathered ", i, " is ", p[i]);
+        break;
+      }
+    }
+    // Backward: no gradients to reduce; the unit is released again.
+    ASSERT_TRUE(l.BeforeStage(0, true).ok());
+    ASSERT_TRUE(l.GradientsReady(0).ok());
+    ASSERT_TRUE(l.FinishGradients().ok());
+    EXPECT_EQ(ResidentPages(pb, foreign + 2048, foreign + 4096), 0);
+    ASSERT_TRUE(l.ReleaseAll().ok());
+    EXPECT_EQ(l.ResidentForeignElements(), 0);
+  });
+  EXPECT_EQ(failures[0], "");
+  EXPECT_EQ(failures[1], "");
 }
 
 std::vector<Tensor> Shards(const std::vector<float>& full, int n) {

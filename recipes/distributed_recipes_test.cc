@@ -419,5 +419,19 @@ TEST(LoRAFinetuneDistributedTest, TwoRanksAreTheSingleDeviceRun) {
   ExpectWeightsNear(Dir("lora_2") + "/step_8", Dir("lora_1") + "/step_8", 1e-5);
 }
 
+// fsdp_shard_frozen_base: the base weights sharded per layer (gathered before each layer's
+// forward and backward, the adapters kept resident) give the very run of the replicated base:
+// the gathered weights are the same bits.
+TEST(LoRAFinetuneDistributedTest, ShardedFrozenBaseIsTheReplicatedRun) {
+  std::vector<std::string> sharded = kPerRank2;
+  sharded.push_back("fsdp_shard_frozen_base=true");
+  ASSERT_EQ(RunRecipe(LoRAFinetuneDistributedRecipe(), "lora_2_sharded", LoRAYaml, sharded), 0);
+  ASSERT_EQ(RunRecipe(LoRAFinetuneDistributedRecipe(), "lora_2_replicated", LoRAYaml, kPerRank2), 0);
+  if (Rank() != 0) return;
+  ExpectSameLog(ReadLog(Log("lora_2_sharded")), ReadLog(Log("lora_2_replicated")));
+  ExpectSameFiles(Dir("lora_2_sharded") + "/step_8", Dir("lora_2_replicated") + "/step_8",
+                  {"adapter_model.safetensors", "model.safetensors"});
+}
+
 }  // namespace
 }  // namespace cctune
