@@ -51,6 +51,9 @@ bool Storage::PopulatePages(size_t offset, size_t bytes) const {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data_) + offset;
   const uintptr_t first = begin / page * page;
   const uintptr_t last = (begin + bytes + page - 1) / page * page;
+  // Huge-page advice first: the part of the file not yet in the page cache is then read in
+  // 2 MiB folios, which the kernel maps with 2 MiB pages (decode's TLB misses; advisory).
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
   return ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_READ) == 0;
 #else
   (void)bytes;

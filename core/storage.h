@@ -46,6 +46,9 @@ class Storage {
   // (madvise MADV_POPULATE_READ: read faults from the page cache, reading the file where it is
   // not cached; no copy-on-write copies), so that the first pass over viewed weights takes no
   // page faults (about 35,000 for 2.2 GB, 0.2-0.4 s of system time inside the first forward).
+  // The range is advised MADV_HUGEPAGE first, so that what is not cached yet is read in 2 MiB
+  // folios, which the kernel then maps with 2 MiB pages (docs/generation.md, "Memory and load
+  // time").
   // Returns false, changing nothing, where the kernel lacks it (before Linux 5.14) or for other
   // storage.
   bool PopulatePages(size_t offset, size_t bytes) const;

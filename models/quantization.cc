@@ -135,6 +135,15 @@ absl::StatusOr<StateDict> QuantizeStateDict(const StateDict& full, const Module&
           absl::StrCat("quantize: the checkpoint has no ", prefix, "weight to quantize"));
     }
     CCTUNE_RETURN_IF_ERROR(QuantizeInto(prefix, it->second, q, out));
+    // A view of a mapped checkpoint: its pages go back to the kernel once quantized (they
+    // re-read from the file if touched again), so a quantize-at-load holds the quantized
+    // weights plus the tensor in flight, not the full-precision file too (a no-op for other
+    // storage).
+    const Tensor& w = it->second;
+    if (w.storage() != nullptr) {
+      w.storage()->ReleasePages(static_cast<size_t>(w.offset()) * DTypeSize(w.dtype()),
+                                w.nbytes());
+    }
   }
   return out;
 }

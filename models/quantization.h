@@ -41,7 +41,10 @@ absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildQuantizedModel(
 
 // `full` (torchtune names, f32/bf16/f16) with the weight of every QuantizedLinear of
 // `quantized_model` (a decoder, or any module holding them) replaced by its quantized tensors (<layer>.weight, <layer>.scales and, for
-// int4, <layer>.zeros; new CPU tensors); the other tensors are shared, not copied. Errors name
+// int4, <layer>.zeros; new CPU tensors); the other tensors are shared, not copied. A source
+// weight that views a mapped file has its pages released once quantized
+// (Storage::ReleasePages: they re-read from the file), so peak RSS is the quantized weights
+// plus one full-precision tensor. Errors name
 // the tensor (missing, not 2-D [out, in] float, not contiguous).
 absl::StatusOr<StateDict> QuantizeStateDict(const StateDict& full, const Module& quantized_model,
                                             const WeightQuantization& q);

@@ -1,5 +1,6 @@
 // The generate binary as shipped: its ELF dynamic section names no CUDA library (the CUDA
-// backend is libcctune_cuda.so, opened only for device: cuda), and `--help` runs without it.
+// backend is libcctune_cuda.so, opened only for device: cuda) nor OpenBLAS (opened at the first
+// f32 GEMM, kernels/cpu/blas_shim), and `--help` runs without either.
 #include <elf.h>
 
 #include <cstring>
@@ -55,15 +56,20 @@ TEST(GenerateBinaryTest, LinksNoCudaLibrary) {
     for (const char* cuda : {"libcuda", "libcudart", "libcublas", "libnccl", "libcctune_cuda"}) {
       EXPECT_THAT(lib, ::testing::Not(HasSubstr(cuda))) << bin << " needs " << lib;
     }
+    for (const char* lazy : {"libopenblas", "libgfortran"}) {
+      EXPECT_THAT(lib, ::testing::Not(HasSubstr(lazy))) << bin << " needs " << lib;
+    }
   }
 }
 
 TEST(GenerateBinaryTest, HelpRunsWithoutTheCudaLibrary) {
   testing::ProcessResult r = [] {
     ::setenv("CCTUNE_CUDA_LIBRARY", "/nonexistent/libcctune_cuda.so", 1);
+    ::setenv("CCTUNE_OPENBLAS_LIBRARY", "/nonexistent/libopenblas.so.0", 1);
     return testing::RunProcess({testing::RunfilePath("recipes/generate"), "--help"});
   }();
   ::unsetenv("CCTUNE_CUDA_LIBRARY");
+  ::unsetenv("CCTUNE_OPENBLAS_LIBRARY");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out + r.err, HasSubstr("max_new_tokens"));
 }

@@ -2,7 +2,13 @@
 
 #include <string>
 
+#include "checkpoint/checkpointer_components.h"
+#include "config/config.h"
 #include "core/status.h"
+#include "core/tensor.h"
+#include "generation/model_loader.h"
+#include "recipes/quantize_recipe.h"
+#include "tests/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/llama2c_fixture.h"
@@ -77,6 +83,58 @@ TEST_F(ValidateGenerateConfigTest, MissingPieces) {
        {"'model'", "'checkpointer'", "'tokenizer'", "'max_new_tokens'", "'prompt.user'"}) {
     EXPECT_THAT(all, HasSubstr(key)) << all;
   }
+}
+
+// The HF asset checkpoint (a Llama: q/k stored half-split) into a model that rotates
+// half-split pairs of its own accord (Qwen2's builder, biases off): the weights must be
+// reloaded permuted. The model is built once and, with
+// a quantizer, the state dict quantized once (on the permuted weights), not once per load.
+TEST(LoadGenerateModelTest, HalfSplitModelReloadsPermutedAndQuantizesOnce) {
+  ASSERT_TRUE(RegisterGenerateComponents().ok());
+  const std::string yaml =
+      "model:\n  _component_: cctune.models.qwen2.qwen2\n  vocab_size: 32\n"
+      "  num_layers: 2\n  num_heads: 4\n  num_kv_heads: 2\n  embed_dim: 16\n"
+      "  intermediate_dim: 24\n  max_seq_len: 64\n  q_proj_bias: false\n"
+      "  k_proj_bias: false\n  v_proj_bias: false\n"
+      "checkpointer:\n  _component_: torchtune.training.FullModelHFCheckpointer\n"
+      "  checkpoint_dir: " + testing::RunfilePath("tests/assets/checkpoint/tiny_llama") +
+      "\n  checkpoint_files: [model.safetensors]\n  model_type: LLAMA2\n"
+      "quantizer: {_component_: cctune.training.quantization.Int8WeightOnlyQuantizer}\n";
+  Config cfg = ValueOrDie(Config::FromString(yaml, "gen.yaml"));
+  std::unique_ptr<Checkpointer> ck =
+      ValueOrDie(CheckpointerRegistry().InstantiateKey(cfg.root(), "checkpointer"));
+
+  LoadedCheckpoint ckpt;
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<TransformerDecoder>> model =
+      LoadGenerateModel(cfg.root(), *ck, ckpt);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(model.ok()) << model.status().ToString() << "\n" << err;
+  EXPECT_FALSE(ckpt.qk_half_split);  // reloaded with q/k permuted
+  size_t quantized = 0;
+  for (size_t at = err.find("Quantized the weights at load"); at != std::string::npos;
+       at = err.find("Quantized the weights at load", at + 1)) {
+    ++quantized;
+  }
+  EXPECT_EQ(quantized, 1u) << err;
+
+  // The same as building for a checkpoint loaded permuted in the first place.
+  LoadedCheckpoint permuted = ValueOrDie(ck->LoadCheckpoint());
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<TransformerDecoder> reference =
+      ValueOrDie(BuildModelForCheckpoint(cfg.root(), permuted));
+  ::testing::internal::GetCapturedStderr();
+  ParameterArena arena = ValueOrDie(LoadWeights(**model, ckpt.state_dict, DType::kF32,
+                                                Device::Cpu(), /*view_checkpoint=*/true));
+  ParameterArena ref_arena = ValueOrDie(LoadWeights(*reference, permuted.state_dict, DType::kF32,
+                                                    Device::Cpu(), /*view_checkpoint=*/true));
+  const std::vector<int32_t> ids = {1, 5, 31, 7, 0, 19, 4};
+  Tensor tokens = ValueOrDie(Tensor::FromVector(ids, {1, 7}));
+  Tensor got = ValueOrDie(Tensor::Empty({1, 7, 32}, DType::kF32));
+  Tensor want = ValueOrDie(Tensor::Empty({1, 7, 32}, DType::kF32));
+  ASSERT_TRUE((*model)->Forward(got, tokens).ok());
+  ASSERT_TRUE(reference->Forward(want, tokens).ok());
+  EXPECT_EQ(ValueOrDie(got.ToFloatVector()), ValueOrDie(want.ToFloatVector()));
 }
 
 TEST(GenerateMainTest, Usage) {

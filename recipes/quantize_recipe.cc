@@ -73,8 +73,8 @@ Schema BuildSchema() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelForCheckpoint(const ConfigNode& root,
-                                                                           LoadedCheckpoint& ckpt) {
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelStructureForCheckpoint(
+    const ConfigNode& root, const LoadedCheckpoint& ckpt) {
   CCTUNE_RETURN_IF_ERROR(RegisterQuantizers());
   CCTUNE_ASSIGN_OR_RETURN(std::optional<WeightQuantization> q, ConfigQuantizer(root));
   const std::string files = absl::StrJoin(ckpt.files, ", ");
@@ -96,17 +96,34 @@ absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelForCheckpoint(cons
   }
   const ConfigNode* model_node = root.Find("model");
   if (model_node == nullptr) return absl::InvalidArgumentError("missing key 'model'");
-  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
-                          BuildQuantizedModel(*model_node, ckpt.model_args, *q));
+  return BuildQuantizedModel(*model_node, ckpt.model_args, *q);
+}
+
+absl::Status QuantizeCheckpointForModel(const ConfigNode& root, const TransformerDecoder& model,
+                                        LoadedCheckpoint& ckpt) {
+  CCTUNE_RETURN_IF_ERROR(RegisterQuantizers());
+  CCTUNE_ASSIGN_OR_RETURN(std::optional<WeightQuantization> q, ConfigQuantizer(root));
+  if (!q.has_value()) return absl::OkStatus();
+  CCTUNE_ASSIGN_OR_RETURN(
+      std::optional<WeightQuantization> stored,
+      QuantizationFromMetadata(ckpt.metadata, absl::StrJoin(ckpt.files, ", ")));
   if (stored.has_value()) {
     std::fprintf(stderr, "Loading the checkpoint quantized by %s as is.\n", Describe(*q).c_str());
-    return model;
+    return absl::OkStatus();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  CCTUNE_ASSIGN_OR_RETURN(ckpt.state_dict, QuantizeStateDict(ckpt.state_dict, *model, *q));
+  CCTUNE_ASSIGN_OR_RETURN(ckpt.state_dict, QuantizeStateDict(ckpt.state_dict, model, *q));
   std::fprintf(stderr, "Quantized the weights at load with %s in %.02f sec.\n",
                Describe(*q).c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelForCheckpoint(const ConfigNode& root,
+                                                                           LoadedCheckpoint& ckpt) {
+  CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model,
+                          BuildModelStructureForCheckpoint(root, ckpt));
+  CCTUNE_RETURN_IF_ERROR(QuantizeCheckpointForModel(root, *model, ckpt));
   return model;
 }
 

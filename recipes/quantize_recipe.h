@@ -46,6 +46,15 @@ const RecipeEntry& QuantizeRecipe();
 absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelForCheckpoint(const ConfigNode& root,
                                                                            LoadedCheckpoint& ckpt);
 
+// BuildModelForCheckpoint in its two steps, for a caller that looks at the model before the
+// state dict is quantized (the generate recipe may reload the checkpoint with q/k permuted):
+// the model alone (the checks above, nothing quantized), then ckpt.state_dict quantized for
+// it where the config asks and the checkpoint is full precision (a no-op otherwise).
+absl::StatusOr<std::unique_ptr<TransformerDecoder>> BuildModelStructureForCheckpoint(
+    const ConfigNode& root, const LoadedCheckpoint& ckpt);
+absl::Status QuantizeCheckpointForModel(const ConfigNode& root, const TransformerDecoder& model,
+                                        LoadedCheckpoint& ckpt);
+
 }  // namespace cctune
 
 #endif  // CCTUNE_RECIPES_QUANTIZE_RECIPE_H_

@@ -128,9 +128,9 @@ TEST_F(GenerateRecipeFixtureTest, LayoutsAndNoCacheGiveTheSameText) {
 }
 
 TEST_F(GenerateRecipeFixtureTest, CopiedAndViewedWeightsGiveTheSameText) {
-  // The llama2.c fixture is f32, as the run: `view` maps it, `copy` (the default) copies it.
-  ProcessResult copied = RunRecipe({"prompt.user=the cat"});
-  ProcessResult viewed = RunRecipe({"prompt.user=the cat", "load_weights=view"});
+  // The llama2.c fixture is f32, as the run: `view` (the default) maps it, `copy` copies it.
+  ProcessResult copied = RunRecipe({"prompt.user=the cat", "load_weights=copy"});
+  ProcessResult viewed = RunRecipe({"prompt.user=the cat"});
   ASSERT_EQ(copied.exit_code, 0) << copied.err;
   ASSERT_EQ(viewed.exit_code, 0) << viewed.err;
   EXPECT_EQ(viewed.out, copied.out);

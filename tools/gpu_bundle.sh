@@ -138,6 +138,21 @@ for label in "${TESTS[@]}" "${BENCHES[@]}" "${DLOPENED[@]}"; do
   done <<<"$ldd_out"
 done
 
+# Libraries the binaries dlopen() by soname, which ldd cannot see: OpenBLAS, opened at the
+# first f32 GEMM (kernels/cpu/blas_shim), with its own closure (libgfortran, libquadmath).
+for soname in libopenblas.so.0; do
+  path="$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ { print $NF; exit }')"
+  [[ -n "$path" ]] || die "$soname (opened at run time by kernels/cpu/blas_shim) not found here"
+  while read -r dep arrow dpath _; do
+    [[ "$arrow" == "=>" && -n "$dpath" ]] || continue
+    [[ "$dep" =~ $EXCLUDE_RE || -n "${CARRIED[$dep]:-}" ]] && continue
+    CARRIED[$dep]="$(readlink -f "$dpath")"
+    cp -L "$dpath" "$STAGE/lib/$dep"
+    chmod u+w "$STAGE/lib/$dep"
+    strip --strip-unneeded "$STAGE/lib/$dep" 2>/dev/null || true
+  done < <(echo "$soname => $path"; ldd "$path")
+done
+
 # The runner, test list and manifest.
 printf '%s\n' "${TESTS[@]##*:}" >"$DEST/tests.txt"
 printf '%s\n' "${BENCHES[@]##*:}" >"$DEST/benches.txt"
