@@ -1,6 +1,7 @@
-// Decode-shaped (m = 1..4) weight-only GEMV throughput: int8, int4 (groupsize 32 and 128) and
-// the bf16 streaming GemmNT on the same [n, k] shapes, alternating in one process, as GB/s of
-// weight bytes read (scales and zeros included). Eight matrices of a 1.1B Llama's MLP shape
+// Decode-shaped (m = 1..4) weight-only GEMV throughput: int8, int4 (groupsize 32, 128, 256),
+// with int8 activations (the default) and f32 ones, and the bf16 streaming GemmNT on the same
+// [n, k] shapes, alternating in one process, as GB/s of weight bytes read (scales and zeros
+// included) and ns per weight and thread (times the core clock: cycles per weight). Eight matrices of a 1.1B Llama's MLP shape
 // (8192 x 2048) are cycled so the weights do not fit in the last-level cache.
 //
 //   bazel run -c opt //benchmarks:quant_gemv_bench -- [reps=5] [m=1]
@@ -25,9 +26,9 @@ constexpr int64_t kN = 8192, kK = 2048, kLayers = 8;
 
 struct Layer {
   std::vector<bf16> w16;
-  std::vector<uint8_t> q8, q4a, q4b;
+  std::vector<uint8_t> q8, q4a, q4b, q4c;
   std::vector<float> s8;
-  std::vector<bf16> s4a, z4a, s4b, z4b;
+  std::vector<bf16> s4a, z4a, s4b, z4b, s4c, z4c;
 };
 
 cpu::QuantMatrix Int8(const Layer& l) {
@@ -44,9 +45,9 @@ cpu::QuantMatrix Int4(const Layer& l, int64_t g) {
   m.n = kN;
   m.k = kK;
   m.groupsize = g;
-  m.data = g == 32 ? l.q4a.data() : l.q4b.data();
-  m.scales4 = g == 32 ? l.s4a.data() : l.s4b.data();
-  m.zeros4 = g == 32 ? l.z4a.data() : l.z4b.data();
+  m.data = g == 32 ? l.q4a.data() : g == 128 ? l.q4b.data() : l.q4c.data();
+  m.scales4 = g == 32 ? l.s4a.data() : g == 128 ? l.s4b.data() : l.s4c.data();
+  m.zeros4 = g == 32 ? l.z4a.data() : g == 128 ? l.z4b.data() : l.z4c.data();
   return m;
 }
 
@@ -61,10 +62,10 @@ int Main(int reps, int64_t m) {
     l.q8.resize(kN * cpu::Int8RowBytes(kK));
     l.s8.resize(kN);
     cpu::QuantizeInt8(kN, kK, w.data(), DType::kF32, kK, l.q8.data(), l.s8.data());
-    for (int64_t g : {32, 128}) {
-      auto& q = g == 32 ? l.q4a : l.q4b;
-      auto& s = g == 32 ? l.s4a : l.s4b;
-      auto& z = g == 32 ? l.z4a : l.z4b;
+    for (int64_t g : {32, 128, 256}) {
+      auto& q = g == 32 ? l.q4a : g == 128 ? l.q4b : l.q4c;
+      auto& s = g == 32 ? l.s4a : g == 128 ? l.s4b : l.s4c;
+      auto& z = g == 32 ? l.z4a : g == 128 ? l.z4b : l.z4c;
       q.resize(kN * cpu::Int4RowBytes(kK));
       s.resize(kN * cpu::Int4Groups(kK, g));
       z.resize(s.size());
@@ -73,37 +74,55 @@ int Main(int reps, int64_t m) {
   }
   std::vector<float> a(m * kK), c(m * kN);
   for (float& x : a) x = static_cast<float>(gen.Uniform() - 0.5);
-  const char* names[] = {"bf16 GemmNT", "int8", "int4 g32", "int4 g128"};
-  const double bytes[] = {2.0 * kN * kK, kN * (cpu::Int8RowBytes(kK) + 4.0),
-                          kN * (cpu::Int4RowBytes(kK) + 4.0 * cpu::Int4Groups(kK, 32)),
-                          kN * (cpu::Int4RowBytes(kK) + 4.0 * cpu::Int4Groups(kK, 128))};
-  std::vector<double> best(4, 0);
+  // Bytes of one matrix as stored (scales and zeros included).
+  const double b16 = 2.0 * kN * kK, b8 = kN * (cpu::Int8RowBytes(kK) + 4.0);
+  auto b4 = [](int64_t g) { return kN * (cpu::Int4RowBytes(kK) + 4.0 * cpu::Int4Groups(kK, g)); };
+  using Acts = cpu::QuantActivations;
+  struct Variant {
+    const char* name;
+    double bytes;
+    int format;  // 0 bf16, 8 int8, else the int4 groupsize
+    Acts acts;
+  };
+  const Variant vs[] = {{"bf16 GemmNT", b16, 0, Acts::kInt8},
+                        {"int8", b8, 8, Acts::kInt8},
+                        {"int8 f32-act", b8, 8, Acts::kF32},
+                        {"int4 g32", b4(32), 32, Acts::kInt8},
+                        {"int4 g32 f32-act", b4(32), 32, Acts::kF32},
+                        {"int4 g128", b4(128), 128, Acts::kInt8},
+                        {"int4 g256", b4(256), 256, Acts::kInt8},
+                        {"int4 g256 f32-act", b4(256), 256, Acts::kF32}};
+  constexpr int kV = sizeof(vs) / sizeof(vs[0]);
+  std::vector<double> best(kV, 0);
   for (int r = 0; r < reps; ++r) {
-    for (int f = 0; f < 4; ++f) {
+    for (int f = 0; f < kV; ++f) {
+      cpu::SetQuantActivations(vs[f].acts);
       const auto t0 = std::chrono::steady_clock::now();
       for (const Layer& l : layers) {
-        switch (f) {
-          case 0:
-            cpu::GemmNT(m, kN, kK, a.data(), kK, l.w16.data(), DType::kBF16, kK, c.data(), kN, 0);
-            break;
-          case 1:
-            cpu::QuantGemmNT(m, a.data(), kK, Int8(l), c.data(), kN);
-            break;
-          default:
-            cpu::QuantGemmNT(m, a.data(), kK, Int4(l, f == 2 ? 32 : 128), c.data(), kN);
+        if (vs[f].format == 0) {
+          cpu::GemmNT(m, kN, kK, a.data(), kK, l.w16.data(), DType::kBF16, kK, c.data(), kN, 0);
+        } else if (vs[f].format == 8) {
+          cpu::QuantGemmNT(m, a.data(), kK, Int8(l), c.data(), kN);
+        } else {
+          cpu::QuantGemmNT(m, a.data(), kK, Int4(l, vs[f].format), c.data(), kN);
         }
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best[f] = std::max(best[f], kLayers * bytes[f] / s / 1e9);
+      best[f] = std::max(best[f], kLayers * vs[f].bytes / s / 1e9);
     }
   }
+  cpu::SetQuantActivations(Acts::kInt8);
   std::printf("m=%lld, %d threads, isa %s, best of %d passes over %lld x [%lld, %lld]\n",
               static_cast<long long>(m), omp_get_max_threads(),
               cpu::IsaLevelName(cpu::ActiveIsaLevel()), reps, static_cast<long long>(kLayers),
               static_cast<long long>(kN), static_cast<long long>(kK));
-  for (int f = 0; f < 4; ++f) {
-    std::printf("  %-12s %8.2f GB/s of weights  (%.2f x bf16's weights/s)\n", names[f], best[f],
-                (best[f] / bytes[f]) / (best[0] / bytes[0]));
+  // ns per weight and thread: the threads' time per weight (times the clock in GHz: cycles).
+  for (int f = 0; f < kV; ++f) {
+    const double weights_per_s = best[f] / vs[f].bytes * 1e9 * kN * kK;
+    std::printf("  %-18s %8.2f GB/s of weights  (%.2f x bf16's weights/s, %.3f ns per weight "
+                "and thread)\n",
+                vs[f].name, best[f], (best[f] / vs[f].bytes) / (best[0] / vs[0].bytes),
+                omp_get_max_threads() / weights_per_s * 1e9);
   }
   return 0;
 }

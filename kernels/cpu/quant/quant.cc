@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -457,6 +458,305 @@ struct VnniAct {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Int4 weights x int8 activations. The activations are quantized as for int8 weights (blocks of
+// kActBlock = 64, QuantizeActivations); each block of 32 weights sums q·x_q exactly in int32
+// with the nibbles q = 0..15 as the unsigned operand (no bias), and the group's terms are
+// scaled by the activation block's d and the group's scale in f32. The zero point enters once
+// per group: Σ ((q - 8)·s + z)·d·x_q = s · Σ q·d·x_q + (z - 8·s) · xs, with xs = Σ d·x_q over
+// the group (per row of A, once per call). The result is the dot product of the stored weights
+// with the quantized activations, up to f32 rounding.
+
+// Quantized rows of A for the int4 kernels: q [rows, ldq] int8 (in the kernel's order, below),
+// d [rows, ldd] one per block of 64, xs [rows, ldxs] per group of W.
+struct Int4ActRows {
+  const int8_t* q;
+  int64_t ldq;
+  const float* d;
+  int64_t ldd;
+  const float* xs;
+  int64_t ldxs;
+  Int4ActRows Offset(int64_t r) const {
+    return {q + r * ldq, ldq, d + r * ldd, ldd, xs + r * ldxs, ldxs};
+  }
+};
+
+// The VNNI kernel unpacks the 32 bytes of two blocks (A = block 2c, B = block 2c + 1) of a
+// chunk of 64 inputs into one vector as [low nibbles of A, of B, high nibbles of A, of B], i.e.
+// the inputs 0..15, 32..47, 16..31, 48..63 of the chunk: the activations are stored in that
+// order so that byte t of both operands is the same input.
+CCTUNE_QINLINE int64_t VnniChunkSource(int64_t t) {
+  const int64_t quarter = t / 16, r = t % 16;
+  static constexpr int64_t kStart[4] = {0, 32, 16, 48};
+  return kStart[quarter] + r;
+}
+
+// The int32 sum Σ q·x of one block of 32 nibbles against 32 int8 activations (natural order).
+CCTUNE_QINLINE int32_t Int4BlockDotInt(const uint8_t* block, const int8_t* x) {
+  int32_t s = 0;
+  for (int t = 0; t < 16; ++t) {
+    s += int32_t{static_cast<uint8_t>(block[t] & 15)} * x[t] +
+         int32_t{static_cast<uint8_t>(block[t] >> 4)} * x[t + 16];
+  }
+  return s;
+}
+
+template <int MR>
+void ScalarInt4ActTile(const QuantMatrix& w, const Int4ActRows& x, const uint8_t* row,
+                       const bf16* scales, const bf16* zeros, int64_t groups, float* c,
+                       int64_t ldc) {
+  for (int i = 0; i < MR; ++i) {
+    const int8_t* xq = x.q + i * x.ldq;
+    float total = 0.f;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t b0, b1;
+      GroupBlocks(w, g, &b0, &b1);
+      float acc = 0.f;
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        acc += x.d[i * x.ldd + blk / 2] *
+               static_cast<float>(Int4BlockDotInt(row + blk * 16, xq + blk * kInt4BlockSize));
+      }
+      const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
+      total += s * acc + (z - 8.f * s) * x.xs[i * x.ldxs + g];
+    }
+    c[i * ldc] = total;
+  }
+}
+
+// AVX2: one block of 32 per vector (natural order: the low nibbles are inputs 0..15, the high
+// ones 16..31), vpmaddubsw of the unsigned nibbles with the signed activations (a pair sums at
+// most 2 · 15 · 127: no int16 saturation), vpmaddwd to int32.
+template <int MR>
+CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows& x,
+                                         const uint8_t* row, const bf16* scales,
+                                         const bf16* zeros, int64_t groups, float* c,
+                                         int64_t ldc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  __m256 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t b0, b1;
+    GroupBlocks(w, g, &b0, &b1);
+    __m256 gacc[MR];
+    for (int i = 0; i < MR; ++i) gacc[i] = _mm256_setzero_ps();
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
+      const __m256i wv =
+          _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xv = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(x.q + i * x.ldq + blk * kInt4BlockSize));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+        gacc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x.d[i * x.ldd + blk / 2]),
+                                  gacc[i]);
+      }
+    }
+    const __m256 sv = _mm256_set1_ps(Bf16ToFloat(scales[g]));
+    for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(gacc[i], sv, acc[i]);
+  }
+  for (int i = 0; i < MR; ++i) {
+    float zt = 0.f;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
+      zt += (z - 8.f * s) * x.xs[i * x.ldxs + g];
+    }
+    c[i * ldc] = Avx2Sum(acc[i]) + zt;
+  }
+}
+
+// AVX-512 VNNI: a chunk of 64 inputs (two blocks, 32 bytes) per vector. The 32 bytes are
+// broadcast to both halves (a load), the upper half shifted right by 4 (vpsrlvw) and masked:
+// [low nibbles of A and B | high nibbles of A and B]; one vpdpbusd per row of A sums the 64
+// products in 16 int32 lanes (lanes 0-3 and 8-11 from block A, 4-7 and 12-15 from B; a lane's
+// 4 products are at most 4 · 15 · 127).
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512i VnniInt4Chunk(const uint8_t* row, int64_t c,
+                                                             int64_t blocks) {
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i mask = _mm512_set1_epi8(15);
+  const uint8_t* p = row + c * 32;
+  const __m256i raw =
+      2 * c + 1 < blocks
+          ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+          : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(raw), shift), mask);
+}
+
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 Bf16x16ToF32(__m256i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+// The zero-point term Σ_g (z_g - 8·s_g) · xs_g, 16 groups per step, into acc.
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4ZeroTerm(const Int4ActRows& x,
+                                                               const bf16* scales,
+                                                               const bf16* zeros, int64_t groups,
+                                                               __m512* acc) {
+  const __m512 eight = _mm512_set1_ps(8.f);
+  for (int64_t g = 0; g < groups; g += 16) {
+    const __mmask16 mk =
+        groups - g >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (groups - g)) - 1);
+    const __m512 sv = Bf16x16ToF32(_mm256_maskz_loadu_epi16(mk, scales + g));
+    const __m512 zv = Bf16x16ToF32(_mm256_maskz_loadu_epi16(mk, zeros + g));
+    const __m512 zz = _mm512_fnmadd_ps(eight, sv, zv);
+    for (int i = 0; i < MR; ++i) {
+      acc[i] = _mm512_fmadd_ps(zz, _mm512_maskz_loadu_ps(mk, x.xs + i * x.ldxs + g), acc[i]);
+    }
+  }
+}
+
+// groupsize a multiple of 64: a chunk lies in one group; each group's chunks are summed with
+// the activation scale (two accumulators per row, alternating chunks, for the FMA latency),
+// then times the group's scale.
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileWide(const QuantMatrix& w, const Int4ActRows& x,
+                                                   const uint8_t* row, const bf16* scales,
+                                                   const bf16* zeros, int64_t groups, float* c,
+                                                   int64_t ldc) {
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+  const int64_t chunks = (blocks + 1) / 2, per = w.groupsize / kActBlock;
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t c0 = g * per, c1 = std::min(chunks, c0 + per);
+    __m512 gacc[2][MR];
+    for (int i = 0; i < MR; ++i) gacc[0][i] = gacc[1][i] = _mm512_setzero_ps();
+    int64_t ch = c0;
+    for (; ch + 2 <= c1; ch += 2) {
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u) {
+        const __m512i wv = VnniInt4Chunk(row, ch + u, blocks);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) {
+          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
+                                                _mm512_loadu_si512(x.q + i * x.ldq + (ch + u) * kActBlock));
+          gacc[u][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(x.d[i * x.ldd + ch + u]),
+                                       gacc[u][i]);
+        }
+      }
+    }
+    if (ch < c1) {
+      const __m512i wv = VnniInt4Chunk(row, ch, blocks);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
+                                              _mm512_loadu_si512(x.q + i * x.ldq + ch * kActBlock));
+        gacc[0][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(x.d[i * x.ldd + ch]),
+                                     gacc[0][i]);
+      }
+    }
+    const __m512 sv = _mm512_set1_ps(Bf16ToFloat(scales[g]));
+    for (int i = 0; i < MR; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_add_ps(gacc[0][i], gacc[1][i]), sv, acc[i]);
+    }
+  }
+  VnniInt4ZeroTerm<MR>(x, scales, zeros, groups, acc);
+  for (int i = 0; i < MR; ++i) c[i * ldc] = _mm512_reduce_add_ps(acc[i]);
+}
+
+// One chunk of the narrow kernel below into a[MR].
+template <int MR, bool kG32>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4NarrowChunk(
+    const Int4ActRows& x, const uint8_t* row, const bf16* scales, int64_t ch, int64_t blocks,
+    int64_t bpg, __m512i lane_shift, __m512i high, __m512* a) {
+  const __m512i wv = VnniInt4Chunk(row, ch, blocks);
+  __m512 sv;
+  const int64_t ga = 2 * ch / bpg, gb = std::min(2 * ch + 1, blocks - 1) / bpg;
+  if (kG32 && gb == ga + 1) {
+    uint32_t pair;
+    std::memcpy(&pair, scales + ga, 4);
+    sv = _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_sllv_epi32(_mm512_set1_epi32(static_cast<int>(pair)), lane_shift), high));
+  } else {
+    sv = _mm512_mask_blend_ps(__mmask16{0xF0F0}, _mm512_set1_ps(Bf16ToFloat(scales[ga])),
+                              _mm512_set1_ps(Bf16ToFloat(scales[gb])));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
+                                          _mm512_loadu_si512(x.q + i * x.ldq + ch * kActBlock));
+    a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                           _mm512_mul_ps(sv, _mm512_set1_ps(x.d[i * x.ldd + ch])), a[i]);
+  }
+}
+
+// Any other groupsize (32, 96, 160, 224): the two blocks of a chunk may lie in two groups, so
+// each lane takes its block's scale (groupsize 32: the two bf16 scales of a chunk are one 32-bit
+// load, shifted into place per lane).
+template <int MR, bool kG32>
+CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileNarrow(const QuantMatrix& w, const Int4ActRows& x,
+                                                     const uint8_t* row, const bf16* scales,
+                                                     const bf16* zeros, int64_t groups, float* c,
+                                                     int64_t ldc) {
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+  const int64_t chunks = (blocks + 1) / 2, bpg = w.groupsize / kInt4BlockSize;
+  // Lanes 0-3 and 8-11 come from block A (shift its scale, the low bf16, up by 16), 4-7 and
+  // 12-15 from block B (already the high half).
+  const __m512i lane_shift = _mm512_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 acc[2][MR];
+  for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+  int64_t ch = 0;
+  for (; ch + 2 <= chunks; ch += 2) {
+    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch, blocks, bpg, lane_shift, high, acc[0]);
+    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch + 1, blocks, bpg, lane_shift, high, acc[1]);
+  }
+  if (ch < chunks) {
+    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch, blocks, bpg, lane_shift, high, acc[0]);
+  }
+  for (int i = 0; i < MR; ++i) acc[0][i] = _mm512_add_ps(acc[0][i], acc[1][i]);
+  VnniInt4ZeroTerm<MR>(x, scales, zeros, groups, acc[0]);
+  for (int i = 0; i < MR; ++i) c[i * ldc] = _mm512_reduce_add_ps(acc[0][i]);
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTile(const QuantMatrix& w, const Int4ActRows& x,
+                                               const uint8_t* row, const bf16* scales,
+                                               const bf16* zeros, int64_t groups, float* c,
+                                               int64_t ldc) {
+  if (w.groupsize % kActBlock == 0) {
+    VnniInt4ActTileWide<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  } else if (w.groupsize == kInt4BlockSize) {
+    VnniInt4ActTileNarrow<MR, true>(w, x, row, scales, zeros, groups, c, ldc);
+  } else {
+    VnniInt4ActTileNarrow<MR, false>(w, x, row, scales, zeros, groups, c, ldc);
+  }
+}
+
+template <quant_internal::Int8ActIsa kIsa, int MR>
+void Int4ActTileFor(const QuantMatrix& w, const Int4ActRows& x, const uint8_t* row,
+                    const bf16* scales, const bf16* zeros, int64_t groups, float* c, int64_t ldc) {
+  if constexpr (kIsa == quant_internal::Int8ActIsa::kAvx512Vnni) {
+    VnniInt4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  } else if constexpr (kIsa == quant_internal::Int8ActIsa::kAvx2) {
+    Avx2Int4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  } else {
+    ScalarInt4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  }
+}
+
+// Rows [j0, j1) of W against the m quantized rows of A, 4 rows of A per pass over a W row.
+template <quant_internal::Int8ActIsa kIsa>
+void Int4ActRowsRange(int64_t m, const Int4ActRows& x, const QuantMatrix& w, int64_t j0,
+                      int64_t j1, float* c, int64_t ldc) {
+  const int64_t rb = Int4RowBytes(w.k), groups = Int4Groups(w.k, w.groupsize);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * rb;
+    const bf16* s = w.scales4 + j * groups;
+    const bf16* z = w.zeros4 + j * groups;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      Int4ActTileFor<kIsa, 4>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+    }
+    for (; i + 2 <= m; i += 2) {
+      Int4ActTileFor<kIsa, 2>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+    }
+    for (; i < m; ++i) Int4ActTileFor<kIsa, 1>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Row-range drivers: rows of A in tiles of 4, then 2, then 1 (more accumulators per row when
 // fewer rows share a W row, for FMA latency).
 
@@ -758,6 +1058,60 @@ void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
   });
 }
 
+void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc) {
+  CCTUNE_CHECK(w.format == QuantFormat::kInt4Grouped, "StreamInt4ActGemmNT: int4 weights only");
+  CCTUNE_CHECK(isa == Int8ActIsa::kScalar ||
+                   (isa == Int8ActIsa::kAvx2 && IsaSupported(IsaLevel::kAvx2)) ||
+                   (isa == Int8ActIsa::kAvx512Vnni && IsaSupported(IsaLevel::kAvx512) &&
+                    CpuHasVnni()),
+               "QuantGemmNT: path ", Int8ActIsaName(isa), " is not supported here");
+  if (m <= 0 || w.n <= 0) return;
+  // Grown, never shrunk: no allocation per call once warm.
+  thread_local std::vector<int8_t> xq, xp;
+  thread_local std::vector<float> xd, xs;
+  const int64_t blocks = (w.k + kActBlock - 1) / kActBlock, ldq = blocks * kActBlock;
+  const int64_t groups = Int4Groups(w.k, w.groupsize);
+  xq.resize(std::max<size_t>(xq.size(), m * ldq));
+  xd.resize(std::max<size_t>(xd.size(), std::max<int64_t>(m * blocks, 1)));
+  xs.resize(std::max<size_t>(xs.size(), std::max<int64_t>(m * groups, 1)));
+  QuantizeActivations(m, w.k, a, lda, /*biased=*/false, xq.data(), ldq, xd.data(), blocks);
+  // xs: Σ d·q over each group, from the integer sums of its blocks of 32.
+  for (int64_t i = 0; i < m; ++i) {
+    const int8_t* qi = xq.data() + i * ldq;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t b0, b1;
+      GroupBlocks(w, g, &b0, &b1);
+      float s = 0.f;
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        int32_t sum = 0;
+        for (int64_t t = 0; t < kInt4BlockSize; ++t) sum += qi[blk * kInt4BlockSize + t];
+        s += xd[i * blocks + blk / 2] * static_cast<float>(sum);
+      }
+      xs[i * groups + g] = s;
+    }
+  }
+  const int8_t* q = xq.data();
+  if (isa == Int8ActIsa::kAvx512Vnni) {  // the chunks in the VNNI kernel's order
+    xp.resize(std::max<size_t>(xp.size(), m * ldq));
+    for (int64_t i = 0; i < m * ldq; i += kActBlock) {
+      for (int64_t t = 0; t < kActBlock; ++t) xp[i + t] = xq[i + VnniChunkSource(t)];
+    }
+    q = xp.data();
+  }
+  const Int4ActRows x{q, ldq, xd.data(), blocks, xs.data(), groups};
+  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
+    switch (isa) {
+      case Int8ActIsa::kAvx512Vnni:
+        return Int4ActRowsRange<Int8ActIsa::kAvx512Vnni>(m, x, w, j0, j1, c, ldc);
+      case Int8ActIsa::kAvx2:
+        return Int4ActRowsRange<Int8ActIsa::kAvx2>(m, x, w, j0, j1, c, ldc);
+      default:
+        return Int4ActRowsRange<Int8ActIsa::kScalar>(m, x, w, j0, j1, c, ldc);
+    }
+  });
+}
+
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                       int64_t ldc) {
   if (m <= 0 || w.n <= 0) return;
@@ -779,9 +1133,12 @@ void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix&
 
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc) {
-  if (m <= quant_internal::kMaxStreamRows && w.format == QuantFormat::kInt8PerChannel &&
-      GetQuantActivations() == QuantActivations::kInt8) {
+  const bool int8_acts = GetQuantActivations() == QuantActivations::kInt8;
+  if (m <= quant_internal::kMaxStreamRows && int8_acts &&
+      w.format == QuantFormat::kInt8PerChannel) {
     quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
+  } else if (m <= quant_internal::kMaxStreamRows && int8_acts) {
+    quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
   } else if (m <= quant_internal::kMaxStreamRows) {
     quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a, lda, w, c, ldc);
   } else {

@@ -65,14 +65,16 @@ void QuantizeInt4(int64_t n, int64_t k, int64_t groupsize, const void* w, DType 
 void Dequantize(const QuantMatrix& w, int64_t row0, int64_t rows, float* out, int64_t ldo);
 
 // C[m, n] = A[m, k] · dequant(W)ᵀ (C overwritten). A, C: f32 rows with strides lda, ldc.
-// For int8 weights and up to kMaxStreamRows rows of A, with QuantActivations::kInt8 (the
-// default), A is first quantized per block of kActBlock inputs to int8 (scale max|x| / 127,
-// round to nearest: llama.cpp's Q8_0 x Q8_0 dot) and the products summed in int32
-// (AVX-512 VNNI vpdpbusd; AVX2 vpmaddubsw; scalar) before one f32 scale per block.
+// Up to kMaxStreamRows rows of A, with QuantActivations::kInt8 (the default), A is first
+// quantized per block of kActBlock inputs to int8 (scale max|x| / 127, round to nearest:
+// llama.cpp's Q8_0 x Q8_0 and Q4_0 x Q8_0 dots) and the products summed in int32 (AVX-512 VNNI
+// vpdpbusd; AVX2 vpmaddubsw; scalar) before one f32 scale per block (int8 weights) or per
+// block of 32 (int4: the nibbles 0..15 against the int8 activations, the zero point applied
+// once per group through Σ x).
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc);
 
-// How the int8 decode GEMV treats the activations: quantized to int8 per block (fast, the
+// How the int8 / int4 decode GEMV treats the activations: quantized to int8 per block (fast, the
 // default) or kept in f32 (the accuracy reference: the error is then the weights' alone).
 // Process-wide; the default comes from CCTUNE_QUANT_ACTIVATIONS=int8|f32 (read once).
 enum class QuantActivations { kInt8, kF32 };
@@ -104,6 +106,9 @@ enum class Int8ActIsa { kScalar, kAvx2, kAvx512Vnni };
 const char* Int8ActIsaName(Int8ActIsa isa);
 Int8ActIsa BestInt8ActIsa();
 void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc);
+// The int8-activation streaming kernel for int4 weights with `isa` forced (same paths).
+void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
                          const QuantMatrix& w, float* c, int64_t ldc);
 // The panel path for any m.
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,

@@ -391,8 +391,77 @@ TEST_P(QuantGemmLevelTest, Int8ActivationDispatchFollowsTheLevel) {
   }
 }
 
-// The public entry: int8 weights with up to 8 rows take the int8-activation path by default,
-// the f32-activation streaming path under QuantActivations::kF32.
+// Int4 weights with int8 activations: against fp64 sums of the stored int4 weights times the
+// same quantized activations (the kernel's result up to f32 rounding), and against the f32
+// activations within the activations' rounding, Σ |w| · d / 2. Ragged shapes: k not a multiple
+// of the group, the block of 32 or the activation block of 64; groupsizes that are not
+// multiples of 64 (a chunk of 64 inputs spans two groups), an odd number of blocks per row.
+void CheckInt4Act(Int8ActIsa isa, const Case& c, Generator& gen) {
+  SCOPED_TRACE(absl::StrCat(quant_internal::Int8ActIsaName(isa), " ",
+                            CaseName(QuantFormat::kInt4Grouped, c)));
+  const Quantized q =
+      Quantize(QuantFormat::kInt4Grouped, c.n, c.k, c.groupsize, RandomMatrix(c.n, c.k, gen));
+  const int64_t lda = c.k + 5, ldc = c.n + 2;
+  std::vector<float> a(c.m * lda, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t t = 0; t < c.k; ++t) a[i * lda + t] = static_cast<float>(2.0 * gen.Uniform() - 1.0);
+  }
+  std::vector<float> out(c.m * ldc, std::numeric_limits<float>::quiet_NaN());
+  quant_internal::StreamInt4ActGemmNT(isa, c.m, a.data(), lda, q.view, out.data(), ldc);
+  const RefActs x = ReferenceActs(c.m, c.k, a, lda);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double want = 0, mag = 0, exact = 0, act_err = 0;
+      for (int64_t t = 0; t < c.k; ++t) {
+        const Element e = StoredElement(q, j, t);
+        const double xq = x.q[i * c.k + t] * x.d[i * x.blocks + t / kActBlock];
+        want += xq * e.value;
+        mag += std::fabs(xq) * e.magnitude;
+        exact += a[i * lda + t] * e.value;
+        act_err += 0.5 * x.d[i * x.blocks + t / kActBlock] * std::fabs(e.value);
+      }
+      // f32: a product and a sum per block of 32, a few per group, the lane sums.
+      const double tol = (c.k / 32 + 32) * kEps32 * mag + 1e-30;
+      ASSERT_NEAR(out[i * ldc + j], want, tol) << "row " << i << " col " << j;
+      ASSERT_NEAR(out[i * ldc + j], exact, act_err * (1 + 1e-5) + tol) << "row " << i << " col " << j;
+    }
+    for (int64_t j = c.n; j < ldc; ++j) EXPECT_TRUE(std::isnan(out[i * ldc + j])) << j;
+  }
+}
+
+TEST_P(QuantGemmLevelTest, Int4Int8ActivationsMatchFp64OfTheQuantizedValues) {
+  Generator gen(60 + static_cast<int>(GetParam()));
+  const Case more[] = {{1, 21, 64, 32},   {1, 20, 65, 64},    {2, 17, 129, 96},
+                       {3, 18, 300, 160}, {1, 33, 700, 224},  {4, 16, 2048, 256},
+                       {6, 33, 1376, 128}, {8, 40, 96, 64},   {5, 12, 3000, 32}};
+  for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
+    for (const Case& c : kCases) CheckInt4Act(isa, c, gen);
+    for (const Case& c : more) CheckInt4Act(isa, c, gen);
+  }
+}
+
+// Every path sums the same integers: they agree with each other far inside the bound above.
+TEST_P(QuantGemmLevelTest, Int4Int8ActivationPathsAgree) {
+  Generator gen(70);
+  for (int64_t groupsize : {32, 64, 96, 256}) {
+    const int64_t m = 3, n = 37, k = 1000;
+    const Quantized q =
+        Quantize(QuantFormat::kInt4Grouped, n, k, groupsize, RandomMatrix(n, k, gen));
+    const std::vector<float> a = RandomMatrix(m, k, gen);
+    std::vector<float> ref(m * n), got(m * n);
+    quant_internal::StreamInt4ActGemmNT(Int8ActIsa::kScalar, m, a.data(), k, q.view, ref.data(), n);
+    for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
+      quant_internal::StreamInt4ActGemmNT(isa, m, a.data(), k, q.view, got.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i])))
+            << quant_internal::Int8ActIsaName(isa) << " groupsize " << groupsize << " " << i;
+      }
+    }
+  }
+}
+
+// The public entry: int8 and int4 weights with up to 8 rows take the int8-activation paths by
+// default, the f32-activation streaming path under QuantActivations::kF32.
 TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
   Generator gen(50);
   const int64_t m = 2, n = 48, k = 300;
@@ -408,6 +477,19 @@ TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
   QuantGemmNT(m, a.data(), k, q.view, got.data(), n);
   SetQuantActivations(QuantActivations::kInt8);
   quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q.view,
+                                    want.data(), n);
+  EXPECT_EQ(got, want);
+  // Int4 weights the same way.
+  const Quantized q4 =
+      Quantize(QuantFormat::kInt4Grouped, n, k, 64, RandomMatrix(n, k, gen));
+  QuantGemmNT(m, a.data(), k, q4.view, got.data(), n);
+  quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k, q4.view,
+                                      want.data(), n);
+  EXPECT_EQ(got, want);
+  SetQuantActivations(QuantActivations::kF32);
+  QuantGemmNT(m, a.data(), k, q4.view, got.data(), n);
+  SetQuantActivations(QuantActivations::kInt8);
+  quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q4.view,
                                     want.data(), n);
   EXPECT_EQ(got, want);
 }
