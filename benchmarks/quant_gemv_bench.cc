@@ -4,7 +4,7 @@
 // included) and ns per weight and thread (times the core clock: cycles per weight). Eight matrices of a 1.1B Llama's MLP shape
 // (8192 x 2048) are cycled so the weights do not fit in the last-level cache.
 //
-//   bazel run -c opt //benchmarks:quant_gemv_bench -- [reps=5] [m=1]
+//   bazel run -c opt //benchmarks:quant_gemv_bench -- [reps=5] [m=1] [hot]
 #include <omp.h>
 
 #include <chrono>
@@ -22,7 +22,10 @@
 namespace cctune {
 namespace {
 
-constexpr int64_t kN = 8192, kK = 2048, kLayers = 8;
+constexpr int64_t kK = 2048;
+// Rows of each matrix, matrices cycled and passes per timing: 8192, 8 and 1 from DRAM; with the
+// `hot` argument 512, 1 and 64 (the int4 matrix, 512 KiB, stays in L2: the kernel's compute).
+int64_t g_n = 8192, g_layers = 8, g_inner = 1;
 
 struct Layer {
   std::vector<bf16> w16;
@@ -33,7 +36,7 @@ struct Layer {
 
 cpu::QuantMatrix Int8(const Layer& l) {
   cpu::QuantMatrix m;
-  m.n = kN;
+  m.n = g_n;
   m.k = kK;
   m.data = l.q8.data();
   m.scales = l.s8.data();
@@ -42,7 +45,7 @@ cpu::QuantMatrix Int8(const Layer& l) {
 cpu::QuantMatrix Int4(const Layer& l, int64_t g) {
   cpu::QuantMatrix m;
   m.format = cpu::QuantFormat::kInt4Grouped;
-  m.n = kN;
+  m.n = g_n;
   m.k = kK;
   m.groupsize = g;
   m.data = g == 32 ? l.q4a.data() : g == 128 ? l.q4b.data() : l.q4c.data();
@@ -53,30 +56,30 @@ cpu::QuantMatrix Int4(const Layer& l, int64_t g) {
 
 int Main(int reps, int64_t m) {
   Generator gen(1);
-  std::vector<Layer> layers(kLayers);
-  std::vector<float> w(kN * kK);
+  std::vector<Layer> layers(g_layers);
+  std::vector<float> w(g_n * kK);
   for (Layer& l : layers) {
     for (float& x : w) x = static_cast<float>(gen.Uniform() - 0.5);
-    l.w16.resize(kN * kK);
-    for (int64_t i = 0; i < kN * kK; ++i) l.w16[i] = FloatToBf16(w[i]);
-    l.q8.resize(kN * cpu::Int8RowBytes(kK));
-    l.s8.resize(kN);
-    cpu::QuantizeInt8(kN, kK, w.data(), DType::kF32, kK, l.q8.data(), l.s8.data());
+    l.w16.resize(g_n * kK);
+    for (int64_t i = 0; i < g_n * kK; ++i) l.w16[i] = FloatToBf16(w[i]);
+    l.q8.resize(g_n * cpu::Int8RowBytes(kK));
+    l.s8.resize(g_n);
+    cpu::QuantizeInt8(g_n, kK, w.data(), DType::kF32, kK, l.q8.data(), l.s8.data());
     for (int64_t g : {32, 128, 256}) {
       auto& q = g == 32 ? l.q4a : g == 128 ? l.q4b : l.q4c;
       auto& s = g == 32 ? l.s4a : g == 128 ? l.s4b : l.s4c;
       auto& z = g == 32 ? l.z4a : g == 128 ? l.z4b : l.z4c;
-      q.resize(kN * cpu::Int4RowBytes(kK));
-      s.resize(kN * cpu::Int4Groups(kK, g));
+      q.resize(g_n * cpu::Int4RowBytes(kK));
+      s.resize(g_n * cpu::Int4Groups(kK, g));
       z.resize(s.size());
-      cpu::QuantizeInt4(kN, kK, g, w.data(), DType::kF32, kK, q.data(), s.data(), z.data());
+      cpu::QuantizeInt4(g_n, kK, g, w.data(), DType::kF32, kK, q.data(), s.data(), z.data());
     }
   }
-  std::vector<float> a(m * kK), c(m * kN);
+  std::vector<float> a(m * kK), c(m * g_n);
   for (float& x : a) x = static_cast<float>(gen.Uniform() - 0.5);
   // Bytes of one matrix as stored (scales and zeros included).
-  const double b16 = 2.0 * kN * kK, b8 = kN * (cpu::Int8RowBytes(kK) + 4.0);
-  auto b4 = [](int64_t g) { return kN * (cpu::Int4RowBytes(kK) + 4.0 * cpu::Int4Groups(kK, g)); };
+  const double b16 = 2.0 * g_n * kK, b8 = g_n * (cpu::Int8RowBytes(kK) + 4.0);
+  auto b4 = [](int64_t g) { return g_n * (cpu::Int4RowBytes(kK) + 4.0 * cpu::Int4Groups(kK, g)); };
   using Acts = cpu::QuantActivations;
   struct Variant {
     const char* name;
@@ -98,27 +101,29 @@ int Main(int reps, int64_t m) {
     for (int f = 0; f < kV; ++f) {
       cpu::SetQuantActivations(vs[f].acts);
       const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t inner = 0; inner < g_inner; ++inner)
       for (const Layer& l : layers) {
         if (vs[f].format == 0) {
-          cpu::GemmNT(m, kN, kK, a.data(), kK, l.w16.data(), DType::kBF16, kK, c.data(), kN, 0);
+          cpu::GemmNT(m, g_n, kK, a.data(), kK, l.w16.data(), DType::kBF16, kK, c.data(), g_n, 0);
         } else if (vs[f].format == 8) {
-          cpu::QuantGemmNT(m, a.data(), kK, Int8(l), c.data(), kN);
+          cpu::QuantGemmNT(m, a.data(), kK, Int8(l), c.data(), g_n);
         } else {
-          cpu::QuantGemmNT(m, a.data(), kK, Int4(l, vs[f].format), c.data(), kN);
+          cpu::QuantGemmNT(m, a.data(), kK, Int4(l, vs[f].format), c.data(), g_n);
         }
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best[f] = std::max(best[f], kLayers * vs[f].bytes / s / 1e9);
+      best[f] = std::max(best[f], g_inner * g_layers * vs[f].bytes / s / 1e9);
     }
   }
   cpu::SetQuantActivations(Acts::kInt8);
-  std::printf("m=%lld, %d threads, isa %s, best of %d passes over %lld x [%lld, %lld]\n",
+  std::printf("m=%lld, %d threads, isa %s, best of %d passes over %lld x %lld x [%lld, %lld]\n",
               static_cast<long long>(m), omp_get_max_threads(),
-              cpu::IsaLevelName(cpu::ActiveIsaLevel()), reps, static_cast<long long>(kLayers),
-              static_cast<long long>(kN), static_cast<long long>(kK));
+              cpu::IsaLevelName(cpu::ActiveIsaLevel()), reps, static_cast<long long>(g_inner),
+              static_cast<long long>(g_layers),
+              static_cast<long long>(g_n), static_cast<long long>(kK));
   // ns per weight and thread: the threads' time per weight (times the clock in GHz: cycles).
   for (int f = 0; f < kV; ++f) {
-    const double weights_per_s = best[f] / vs[f].bytes * 1e9 * kN * kK;
+    const double weights_per_s = best[f] / vs[f].bytes * 1e9 * g_n * kK;
     std::printf("  %-18s %8.2f GB/s of weights  (%.2f x bf16's weights/s, %.3f ns per weight "
                 "and thread)\n",
                 vs[f].name, best[f], (best[f] / vs[f].bytes) / (best[0] / vs[0].bytes),
@@ -133,5 +138,10 @@ int Main(int reps, int64_t m) {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
   const int64_t m = argc > 2 ? std::atoll(argv[2]) : 1;
+  if (argc > 3 && std::string(argv[3]) == "hot") {
+    cctune::g_n = 512;
+    cctune::g_layers = 1;
+    cctune::g_inner = 64;
+  }
   return cctune::Main(reps > 0 ? reps : 5, m > 0 ? m : 1);
 }

@@ -466,8 +466,9 @@ struct VnniAct {
 // the group (per row of A, once per call). The result is the dot product of the stored weights
 // with the quantized activations, up to f32 rounding.
 
-// Quantized rows of A for the int4 kernels: q [rows, ldq] int8 (in the kernel's order, below),
-// d [rows, ldd] one per block of 64, xs [rows, ldxs] per group of W.
+// Quantized rows of A for the int4 kernels: q [rows, ldq] int8 (in the kernel's order, below;
+// ldq a multiple of 128, zero-padded), d [rows, ldd] one per block of 64, xs [rows, ldxs] per
+// group of W, and for the VNNI kernel dv [rows, lddv]: per 128 inputs 16 lanes of d (below).
 struct Int4ActRows {
   const int8_t* q;
   int64_t ldq;
@@ -475,19 +476,26 @@ struct Int4ActRows {
   int64_t ldd;
   const float* xs;
   int64_t ldxs;
+  const float* dv;
+  int64_t lddv;
   Int4ActRows Offset(int64_t r) const {
-    return {q + r * ldq, ldq, d + r * ldd, ldd, xs + r * ldxs, ldxs};
+    return {q + r * ldq, ldq, d + r * ldd, ldd, xs + r * ldxs, ldxs, dv + r * lddv, lddv};
   }
 };
 
-// The VNNI kernel unpacks the 32 bytes of two blocks (A = block 2c, B = block 2c + 1) of a
-// chunk of 64 inputs into one vector as [low nibbles of A, of B, high nibbles of A, of B], i.e.
-// the inputs 0..15, 32..47, 16..31, 48..63 of the chunk: the activations are stored in that
-// order so that byte t of both operands is the same input.
-CCTUNE_QINLINE int64_t VnniChunkSource(int64_t t) {
-  const int64_t quarter = t / 16, r = t % 16;
-  static constexpr int64_t kStart[4] = {0, 32, 16, 48};
-  return kStart[quarter] + r;
+// Bytes of W ahead of the int4 kernels' loads to prefetch (one line per chunk; about two rows of
+// a k = 2048 matrix ahead). Measured (quant_gemv_bench, 1 thread, Sapphire Rapids): int4 g32
+// decode 8.6 GB/s without, 7.4 at 256 B, 9.6 at 1 KiB, 10.1 at 2 and 4 KiB (bf16 GemmNT 10.5).
+constexpr int64_t kInt4PrefetchBytes = 2048;
+// The VNNI kernel reads W in spans of 128 inputs (4 blocks A, B, C, D: one 64-byte line) and
+// unpacks a span into two vectors, the low nibbles [A 0..15, B 0..15, C 0..15, D 0..15] and the
+// high ones [A 16..31, B 16..31, ...], i.e. the inputs 0..15, 32..47, 64..79, 96..111 and
+// 16..31, 48..63, 80..95, 112..127 of the span. The activations are stored in that order (128
+// bytes per span) so that byte t of both operands is the same input.
+constexpr int64_t kVnniSpan = 128;
+CCTUNE_QINLINE int64_t VnniSpanSource(int64_t t) {
+  const int64_t half = t / 64, quarter = (t % 64) / 16;
+  return quarter * kInt4BlockSize + half * 16 + t % 16;
 }
 
 // The int32 sum Σ q·x of one block of 32 nibbles against 32 int8 activations (natural order).
@@ -541,6 +549,10 @@ CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows
     __m256 gacc[MR];
     for (int i = 0; i < MR; ++i) gacc[i] = _mm256_setzero_ps();
     for (int64_t blk = b0; blk < b1; ++blk) {
+      if (blk % 4 == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kInt4PrefetchBytes,
+                     _MM_HINT_T0);
+      }
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
       const __m256i wv =
           _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
@@ -566,21 +578,23 @@ CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows
   }
 }
 
-// AVX-512 VNNI: a chunk of 64 inputs (two blocks, 32 bytes) per vector. The 32 bytes are
-// broadcast to both halves (a load), the upper half shifted right by 4 (vpsrlvw) and masked:
-// [low nibbles of A and B | high nibbles of A and B]; one vpdpbusd per row of A sums the 64
-// products in 16 int32 lanes (lanes 0-3 and 8-11 from block A, 4-7 and 12-15 from B; a lane's
-// 4 products are at most 4 · 15 · 127).
-CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512i VnniInt4Chunk(const uint8_t* row, int64_t c,
-                                                             int64_t blocks) {
-  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+// AVX-512 VNNI: one span of 128 inputs (64 bytes of W) per step: one load, the low nibbles
+// (vpandd) and the high ones (vpsrlw + vpandd), and per row of A two vpdpbusd (the nibbles as
+// the unsigned operand, the int8 activations signed) into one int32 vector. Lane l sums the 8
+// products of inputs of block l / 4 of the span (at most 8 · 15 · 127): lanes 0-7 lie in the
+// span's first activation block of 64, lanes 8-15 in its second, and dv holds d that way.
+// Then one convert and one FMA with (activation d) x (the lanes' weight scales) per row.
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4Span(const uint8_t* row, int64_t sp,
+                                                         int64_t blocks, __m512i* lo,
+                                                         __m512i* hi) {
   const __m512i mask = _mm512_set1_epi8(15);
-  const uint8_t* p = row + c * 32;
-  const __m256i raw =
-      2 * c + 1 < blocks
-          ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-          : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(raw), shift), mask);
+  const uint8_t* p = row + sp * 64;
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kInt4PrefetchBytes, _MM_HINT_T0);
+  const int64_t nb = blocks - 4 * sp;  // blocks in this span: 4, or 1..3 at the row's end
+  const __m512i raw = nb >= 4 ? _mm512_loadu_si512(p)
+                              : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * nb)) - 1, p);
+  *lo = _mm512_and_si512(raw, mask);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
 }
 
 CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 Bf16x16ToF32(__m256i v) {
@@ -606,104 +620,84 @@ CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4ZeroTerm(const Int4ActRows
   }
 }
 
-// groupsize a multiple of 64: a chunk lies in one group; each group's chunks are summed with
-// the activation scale (two accumulators per row, alternating chunks, for the FMA latency),
-// then times the group's scale.
+// One span into a[MR] with the lanes' weight scales sv.
 template <int MR>
-CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileWide(const QuantMatrix& w, const Int4ActRows& x,
-                                                   const uint8_t* row, const bf16* scales,
-                                                   const bf16* zeros, int64_t groups, float* c,
-                                                   int64_t ldc) {
-  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
-  const int64_t chunks = (blocks + 1) / 2, per = w.groupsize / kActBlock;
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c0 = g * per, c1 = std::min(chunks, c0 + per);
-    __m512 gacc[2][MR];
-    for (int i = 0; i < MR; ++i) gacc[0][i] = gacc[1][i] = _mm512_setzero_ps();
-    int64_t ch = c0;
-    for (; ch + 2 <= c1; ch += 2) {
-#pragma GCC unroll 2
-      for (int u = 0; u < 2; ++u) {
-        const __m512i wv = VnniInt4Chunk(row, ch + u, blocks);
-#pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i) {
-          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
-                                                _mm512_loadu_si512(x.q + i * x.ldq + (ch + u) * kActBlock));
-          gacc[u][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(x.d[i * x.ldd + ch + u]),
-                                       gacc[u][i]);
-        }
-      }
-    }
-    if (ch < c1) {
-      const __m512i wv = VnniInt4Chunk(row, ch, blocks);
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
-                                              _mm512_loadu_si512(x.q + i * x.ldq + ch * kActBlock));
-        gacc[0][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(x.d[i * x.ldd + ch]),
-                                     gacc[0][i]);
-      }
-    }
-    const __m512 sv = _mm512_set1_ps(Bf16ToFloat(scales[g]));
-    for (int i = 0; i < MR; ++i) {
-      acc[i] = _mm512_fmadd_ps(_mm512_add_ps(gacc[0][i], gacc[1][i]), sv, acc[i]);
-    }
-  }
-  VnniInt4ZeroTerm<MR>(x, scales, zeros, groups, acc);
-  for (int i = 0; i < MR; ++i) c[i * ldc] = _mm512_reduce_add_ps(acc[i]);
-}
-
-// One chunk of the narrow kernel below into a[MR].
-template <int MR, bool kG32>
-CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4NarrowChunk(
-    const Int4ActRows& x, const uint8_t* row, const bf16* scales, int64_t ch, int64_t blocks,
-    int64_t bpg, __m512i lane_shift, __m512i high, __m512* a) {
-  const __m512i wv = VnniInt4Chunk(row, ch, blocks);
-  __m512 sv;
-  const int64_t ga = 2 * ch / bpg, gb = std::min(2 * ch + 1, blocks - 1) / bpg;
-  if (kG32 && gb == ga + 1) {
-    uint32_t pair;
-    std::memcpy(&pair, scales + ga, 4);
-    sv = _mm512_castsi512_ps(_mm512_and_si512(
-        _mm512_sllv_epi32(_mm512_set1_epi32(static_cast<int>(pair)), lane_shift), high));
-  } else {
-    sv = _mm512_mask_blend_ps(__mmask16{0xF0F0}, _mm512_set1_ps(Bf16ToFloat(scales[ga])),
-                              _mm512_set1_ps(Bf16ToFloat(scales[gb])));
-  }
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4SpanRows(const Int4ActRows& x,
+                                                             const uint8_t* row, int64_t sp,
+                                                             int64_t blocks, __m512 sv,
+                                                             __m512* a) {
+  __m512i lo, hi;
+  VnniInt4Span(row, sp, blocks, &lo, &hi);
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv,
-                                          _mm512_loadu_si512(x.q + i * x.ldq + ch * kActBlock));
+    const int8_t* xq = x.q + i * x.ldq + sp * kVnniSpan;
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+    p = _mm512_dpbusd_epi32(p, hi, _mm512_loadu_si512(xq + 64));
     a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
-                           _mm512_mul_ps(sv, _mm512_set1_ps(x.d[i * x.ldd + ch])), a[i]);
+                           _mm512_mul_ps(sv, _mm512_loadu_ps(x.dv + i * x.lddv + sp * 16)), a[i]);
   }
 }
 
-// Any other groupsize (32, 96, 160, 224): the two blocks of a chunk may lie in two groups, so
-// each lane takes its block's scale (groupsize 32: the two bf16 scales of a chunk are one 32-bit
-// load, shifted into place per lane).
-template <int MR, bool kG32>
+// Word indices for vpermw: dword lane l takes bf16 scale number l / kLanes into its high half
+// (the low half zeroed by the mask): groupsize 32 (4 groups per span), 64 (2), 128 and 256 (1).
+template <int kLanes>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512i ScaleWordIndex() {
+  alignas(64) static const auto table = [] {
+    struct T { uint16_t v[32]; } t{};
+    for (int l = 0; l < 16; ++l) t.v[2 * l + 1] = static_cast<uint16_t>(l / kLanes);
+    return t;
+  }();
+  return _mm512_load_si512(table.v);
+}
+
+// The lanes' weight scales of span sp for the narrow kernel below.
+template <int kLanes>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 VnniNarrowScales(const bf16* scales, int64_t sp,
+                                                                 int64_t groups, int64_t blocks,
+                                                                 int64_t bpg, __m512i widx,
+                                                                 __m512i quarter) {
+  if constexpr (kLanes > 0) {
+    const int64_t per = 16 / kLanes, g0 = 4 * sp / bpg, n = std::min(per, groups - g0);
+    const __m128i v = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), scales + g0);
+    return _mm512_castsi512_ps(
+        _mm512_maskz_permutexvar_epi16(__mmask32{0xAAAAAAAAu}, widx, _mm512_castsi128_si512(v)));
+  } else {
+    float s[4];
+    for (int q = 0; q < 4; ++q) s[q] = Bf16ToFloat(scales[std::min(4 * sp + q, blocks - 1) / bpg]);
+    return _mm512_permutexvar_ps(quarter, _mm512_castps128_ps512(_mm_loadu_ps(s)));
+  }
+}
+
+// Each lane takes its block's group scale. kLanes: lanes per group scale, 4 (groupsize 32: the
+// span's 4 scales in one masked 8-byte load and a vpermw), 8 (64), 16 (128 and 256: one
+// scale); 0: any other multiple of 32 (4 scalar scales; the slow path of rare groupsizes such
+// as 96 and 192). Measured hot in L2 (quant_gemv_bench hot, 1 thread): about 0.025 ns per
+// weight for groupsizes 32, 128 and 256, including the activations' quantization.
+template <int MR, int kLanes>
 CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileNarrow(const QuantMatrix& w, const Int4ActRows& x,
                                                      const uint8_t* row, const bf16* scales,
                                                      const bf16* zeros, int64_t groups, float* c,
                                                      int64_t ldc) {
   const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
-  const int64_t chunks = (blocks + 1) / 2, bpg = w.groupsize / kInt4BlockSize;
-  // Lanes 0-3 and 8-11 come from block A (shift its scale, the low bf16, up by 16), 4-7 and
-  // 12-15 from block B (already the high half).
-  const __m512i lane_shift = _mm512_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const int64_t spans = (blocks + 3) / 4, bpg = w.groupsize / kInt4BlockSize;
+  const __m512i widx = ScaleWordIndex<kLanes == 0 ? 16 : kLanes>();
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   __m512 acc[2][MR];
   for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
-  int64_t ch = 0;
-  for (; ch + 2 <= chunks; ch += 2) {
-    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch, blocks, bpg, lane_shift, high, acc[0]);
-    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch + 1, blocks, bpg, lane_shift, high, acc[1]);
+  // Unrolled by two with a fixed accumulator each (an indexed one would live in memory).
+  int64_t sp = 0;
+  for (; sp + 2 <= spans; sp += 2) {
+    VnniInt4SpanRows<MR>(x, row, sp, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp, groups, blocks, bpg, widx, quarter),
+                         acc[0]);
+    VnniInt4SpanRows<MR>(x, row, sp + 1, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp + 1, groups, blocks, bpg, widx, quarter),
+                         acc[1]);
   }
-  if (ch < chunks) {
-    VnniInt4NarrowChunk<MR, kG32>(x, row, scales, ch, blocks, bpg, lane_shift, high, acc[0]);
+  if (sp < spans) {
+    VnniInt4SpanRows<MR>(x, row, sp, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp, groups, blocks, bpg, widx, quarter),
+                         acc[0]);
   }
   for (int i = 0; i < MR; ++i) acc[0][i] = _mm512_add_ps(acc[0][i], acc[1][i]);
   VnniInt4ZeroTerm<MR>(x, scales, zeros, groups, acc[0]);
@@ -715,12 +709,16 @@ CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTile(const QuantMatrix& w, const Int4A
                                                const uint8_t* row, const bf16* scales,
                                                const bf16* zeros, int64_t groups, float* c,
                                                int64_t ldc) {
-  if (w.groupsize % kActBlock == 0) {
-    VnniInt4ActTileWide<MR>(w, x, row, scales, zeros, groups, c, ldc);
-  } else if (w.groupsize == kInt4BlockSize) {
-    VnniInt4ActTileNarrow<MR, true>(w, x, row, scales, zeros, groups, c, ldc);
-  } else {
-    VnniInt4ActTileNarrow<MR, false>(w, x, row, scales, zeros, groups, c, ldc);
+  switch (w.groupsize) {
+    case 32:
+      return VnniInt4ActTileNarrow<MR, 4>(w, x, row, scales, zeros, groups, c, ldc);
+    case 64:
+      return VnniInt4ActTileNarrow<MR, 8>(w, x, row, scales, zeros, groups, c, ldc);
+    case 128:
+    case 256:
+      return VnniInt4ActTileNarrow<MR, 16>(w, x, row, scales, zeros, groups, c, ldc);
+    default:
+      return VnniInt4ActTileNarrow<MR, 0>(w, x, row, scales, zeros, groups, c, ldc);
   }
 }
 
@@ -863,6 +861,30 @@ std::atomic<QuantActivations>& ActivationMode() {
   return mode;
 }
 
+// One full block of QuantizeActivations: the scalar loop's values (x · (1 / d) in f32, rounded
+// to nearest even by vcvtps2dq under the default MXCSR as nearbyint does, clamped), its d back.
+CCTUNE_QTARGET_AVX512 float Avx512QuantizeActBlock(const float* x, bool biased, int8_t* q) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 v[4];
+  __m512 mx = _mm512_setzero_ps();
+  for (int u = 0; u < 4; ++u) {
+    v[u] = _mm512_loadu_ps(x + 16 * u);
+    mx = _mm512_max_ps(mx, _mm512_and_ps(v[u], abs_mask));
+  }
+  const float amax = _mm512_reduce_max_ps(mx);
+  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const __m512 inv = _mm512_set1_ps(1.f / scale);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i bias = _mm512_set1_epi32(biased ? 128 : 0);
+  for (int u = 0; u < 4; ++u) {
+    __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(v[u], inv));
+    r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, hi), lo), bias);
+    // The low byte: v as int8, or v + 128 as uint8 bits.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * u), _mm512_cvtepi32_epi8(r));
+  }
+  return scale;
+}
+
 }  // namespace
 
 void SetQuantActivations(QuantActivations mode) { ActivationMode().store(mode); }
@@ -872,11 +894,16 @@ void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool
                          int8_t* q, int64_t ldq, float* d, int64_t ldd) {
   const int64_t blocks = (k + kActBlock - 1) / kActBlock;
   const int8_t pad = biased ? static_cast<int8_t>(-128) : 0;  // 0 + 128 as uint8 bits
+  const bool avx512 = IsaSupported(IsaLevel::kAvx512);
   for (int64_t i = 0; i < m; ++i) {
     const float* ai = a + i * lda;
     int8_t* qi = q + i * ldq;
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t q0 = blk * kActBlock, q1 = std::min(k, q0 + kActBlock);
+      if (avx512 && q1 - q0 == kActBlock) {
+        d[i * ldd + blk] = Avx512QuantizeActBlock(ai + q0, biased, qi + q0);
+        continue;
+      }
       float amax = 0.f;
       for (int64_t t = q0; t < q1; ++t) amax = std::max(amax, std::fabs(ai[t]));
       const float scale = amax > 0.f ? amax / 127.f : 1.f;
@@ -1069,8 +1096,9 @@ void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
   if (m <= 0 || w.n <= 0) return;
   // Grown, never shrunk: no allocation per call once warm.
   thread_local std::vector<int8_t> xq, xp;
-  thread_local std::vector<float> xd, xs;
-  const int64_t blocks = (w.k + kActBlock - 1) / kActBlock, ldq = blocks * kActBlock;
+  thread_local std::vector<float> xd, xs, dv;
+  const int64_t blocks = (w.k + kActBlock - 1) / kActBlock;
+  const int64_t spans = (w.k + kVnniSpan - 1) / kVnniSpan, ldq = spans * kVnniSpan;
   const int64_t groups = Int4Groups(w.k, w.groupsize);
   xq.resize(std::max<size_t>(xq.size(), m * ldq));
   xd.resize(std::max<size_t>(xd.size(), std::max<int64_t>(m * blocks, 1)));
@@ -1092,14 +1120,25 @@ void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
     }
   }
   const int8_t* q = xq.data();
-  if (isa == Int8ActIsa::kAvx512Vnni) {  // the chunks in the VNNI kernel's order
+  if (isa == Int8ActIsa::kAvx512Vnni) {  // the spans in the VNNI kernel's order, d per lane
     xp.resize(std::max<size_t>(xp.size(), m * ldq));
-    for (int64_t i = 0; i < m * ldq; i += kActBlock) {
-      for (int64_t t = 0; t < kActBlock; ++t) xp[i + t] = xq[i + VnniChunkSource(t)];
+    dv.resize(std::max<size_t>(dv.size(), m * spans * 16));
+    for (int64_t i = 0; i < m * ldq; i += kVnniSpan) {
+      for (int64_t t = 0; t < kVnniSpan; t += 16) {  // runs of 16 consecutive inputs
+        std::memcpy(xp.data() + i + t, xq.data() + i + VnniSpanSource(t), 16);
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t sp = 0; sp < spans; ++sp) {
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t blk = 2 * sp + l / 8;  // past the last block: 0 (its inputs are 0)
+          dv[(i * spans + sp) * 16 + l] = blk < blocks ? xd[i * blocks + blk] : 0.f;
+        }
+      }
     }
     q = xp.data();
   }
-  const Int4ActRows x{q, ldq, xd.data(), blocks, xs.data(), groups};
+  const Int4ActRows x{q, ldq, xd.data(), blocks, xs.data(), groups, dv.data(), spans * 16};
   ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
     switch (isa) {
       case Int8ActIsa::kAvx512Vnni:

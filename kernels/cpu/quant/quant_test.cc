@@ -394,8 +394,9 @@ TEST_P(QuantGemmLevelTest, Int8ActivationDispatchFollowsTheLevel) {
 // Int4 weights with int8 activations: against fp64 sums of the stored int4 weights times the
 // same quantized activations (the kernel's result up to f32 rounding), and against the f32
 // activations within the activations' rounding, Σ |w| · d / 2. Ragged shapes: k not a multiple
-// of the group, the block of 32 or the activation block of 64; groupsizes that are not
-// multiples of 64 (a chunk of 64 inputs spans two groups), an odd number of blocks per row.
+// of the group, the block of 32, the activation block of 64 or the VNNI kernel's span of 128;
+// groupsizes that are not multiples of 128 (a span holds blocks of several groups), rows that
+// end in a span of 1, 2 or 3 blocks.
 void CheckInt4Act(Int8ActIsa isa, const Case& c, Generator& gen) {
   SCOPED_TRACE(absl::StrCat(quant_internal::Int8ActIsaName(isa), " ",
                             CaseName(QuantFormat::kInt4Grouped, c)));
@@ -433,7 +434,8 @@ TEST_P(QuantGemmLevelTest, Int4Int8ActivationsMatchFp64OfTheQuantizedValues) {
   Generator gen(60 + static_cast<int>(GetParam()));
   const Case more[] = {{1, 21, 64, 32},   {1, 20, 65, 64},    {2, 17, 129, 96},
                        {3, 18, 300, 160}, {1, 33, 700, 224},  {4, 16, 2048, 256},
-                       {6, 33, 1376, 128}, {8, 40, 96, 64},   {5, 12, 3000, 32}};
+                       {6, 33, 1376, 128}, {8, 40, 96, 64},   {5, 12, 3000, 32},
+                       {2, 19, 500, 192},  {1, 24, 4100, 64},  {3, 9, 390, 128}};
   for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
     for (const Case& c : kCases) CheckInt4Act(isa, c, gen);
     for (const Case& c : more) CheckInt4Act(isa, c, gen);
@@ -443,7 +445,7 @@ TEST_P(QuantGemmLevelTest, Int4Int8ActivationsMatchFp64OfTheQuantizedValues) {
 // Every path sums the same integers: they agree with each other far inside the bound above.
 TEST_P(QuantGemmLevelTest, Int4Int8ActivationPathsAgree) {
   Generator gen(70);
-  for (int64_t groupsize : {32, 64, 96, 256}) {
+  for (int64_t groupsize : {32, 64, 96, 128, 192, 256}) {
     const int64_t m = 3, n = 37, k = 1000;
     const Quantized q =
         Quantize(QuantFormat::kInt4Grouped, n, k, groupsize, RandomMatrix(n, k, gen));
