@@ -116,6 +116,35 @@ int Main(int reps, int64_t m) {
     }
   }
   cpu::SetQuantActivations(Acts::kInt8);
+  // Above kMaxStreamRows rows QuantGemmNT dequantizes panels to f32 for the GEMM (prefill);
+  // beside it, the int8-activation streaming kernel forced at the same m.
+  double stream4 = 0, stream8 = 0, panel4 = 0, panel8 = 0;
+  if (m > cpu::quant_internal::kMaxStreamRows) {
+    for (int r = 0; r < reps; ++r) {
+      for (int f = 0; f < 4; ++f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t inner = 0; inner < g_inner; ++inner) {
+          for (const Layer& l : layers) {
+            const cpu::QuantMatrix q = f % 2 == 0 ? Int4(l, 32) : Int8(l);
+            if (f < 2) {
+              cpu::quant_internal::PanelQuantGemmNT(m, a.data(), kK, q, c.data(), g_n);
+            } else if (f == 2) {
+              cpu::quant_internal::StreamInt4ActGemmNT(cpu::quant_internal::BestInt8ActIsa(), m,
+                                                       a.data(), kK, q, c.data(), g_n);
+            } else {
+              cpu::quant_internal::StreamInt8ActGemmNT(cpu::quant_internal::BestInt8ActIsa(), m,
+                                                       a.data(), kK, q, c.data(), g_n);
+            }
+          }
+        }
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double flops = 2.0 * m * g_n * kK * g_layers * g_inner / s / 1e9;
+        double& best_f = f == 0 ? panel4 : f == 1 ? panel8 : f == 2 ? stream4 : stream8;
+        best_f = std::max(best_f, flops);
+      }
+    }
+  }
   std::printf("m=%lld, %d threads, isa %s, best of %d passes over %lld x %lld x [%lld, %lld]\n",
               static_cast<long long>(m), omp_get_max_threads(),
               cpu::IsaLevelName(cpu::ActiveIsaLevel()), reps, static_cast<long long>(g_inner),
@@ -128,6 +157,11 @@ int Main(int reps, int64_t m) {
                 "and thread)\n",
                 vs[f].name, best[f], (best[f] / vs[f].bytes) / (best[0] / vs[0].bytes),
                 omp_get_max_threads() / weights_per_s * 1e9);
+  }
+  if (stream4 > 0) {
+    std::printf("  m=%lld GFLOP/s: int4 g32 panels %.1f, int8-activation kernel %.1f; int8 panels "
+                "%.1f, int8-activation kernel %.1f\n",
+                static_cast<long long>(m), panel4, stream4, panel8, stream8);
   }
   return 0;
 }

@@ -12,9 +12,13 @@
 # llama-quantize from the f32 GGUF when it is missing.
 # Environment: CCTUNE_ANCHORS_CACHE, CCTUNE_ANCHORS_THREADS (default 2), ANCHOR_QUANT_CASES
 # (default "q8 q4g32 q4g256"), ANCHOR_QUANT_TOKENS (default 64).
-# cctune's decode tokens/s = (N - 1) / (T_N - T_1) from generate's "Time for inference" at
-# max_new_tokens N and 1 (prefill and the first token cancel out); llama.cpp's is llama-bench's
-# tg rate. Peak RSS from /usr/bin/time -v (GB = 1e9 bytes); cctune's includes quantizing at
+# cctune's decode tokens/s is generate's own "Decode: N-1 tokens, T sec" line of the run with
+# max_new_tokens N (the tokens after the first over their time; what llama-bench's tg rate
+# times); DETAIL also shows the side-by-side script's estimate (N - 1) / (T_N - T_1) from
+# "Time for inference" at max_new_tokens N and 1, which two processes' noise enters.
+# llama.cpp's is llama-bench's tg rate (avg_ts). On a shared machine the pairs' ratios scatter
+# with the other load (DETAIL prints load1 at the runs' start); DETAIL also gives each
+# program's best run and their ratio, the least disturbed figures. Peak RSS from /usr/bin/time -v (GB = 1e9 bytes); cctune's includes quantizing at
 # load (the bf16 checkpoint's pages it read).
 set -uo pipefail
 
@@ -136,6 +140,11 @@ def cct_secs(name):
     return float(m.group(1)) if m else None
 
 
+def cct_decode(c, i):
+    m = re.search(r"^Decode: (\d+) tokens, ([\d.]+) sec", read(f"{c}_cctN_{i}", "err"), re.M)
+    return int(m.group(1)) / float(m.group(2)) if m and float(m.group(2)) > 0 else None
+
+
 def cct_rate(c, i):
     big, one = cct_secs(f"{c}_cctN_{i}"), cct_secs(f"{c}_cct1_{i}")
     if big is None or one is None or big <= one:
@@ -163,10 +172,14 @@ lines = []
 for c in CASES:
     idx = range(1, REPS + 1)
     lt = [llama_tps(f"{c}_llama_{i}") for i in idx]
-    ct = [cct_rate(c, i) for i in idx]
+    ct = [cct_decode(c, i) for i in idx]
+    two = [cct_rate(c, i) for i in idx]
     ratios = [a / b if a and b else None for a, b in zip(ct, lt)]
+    bl, bc = max([x for x in lt if x], default=None), max([x for x in ct if x], default=None)
     print(f"DETAIL {c} ({WHAT[c]}, decode {NT} tokens) llamacpp={lst(lt, '.2f')} "
-          f"cctune={lst(ct, '.2f')} ratios={lst(ratios, '.3f')}")
+          f"cctune={lst(ct, '.2f')} ratios={lst(ratios, '.3f')} "
+          f"cctune_two_run={lst(two, '.2f')} best_llamacpp={fmt(bl, '.2f')} "
+          f"best_cctune={fmt(bc, '.2f')} best_ratio={fmt(bc / bl if bc and bl else None, '.3f')}")
     lines.append(f"CASE {c} llamacpp={fmt(med(lt), '.2f')} cctune={fmt(med(ct), '.2f')} "
                  f"ratio={fmt(med(ratios), '.3f')} "
                  f"rss_llamacpp_gb={fmt(med([rss_gb(f'{c}_llama_{i}') for i in idx]), '.3f')} "

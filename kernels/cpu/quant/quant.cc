@@ -41,6 +41,11 @@ constexpr int64_t kMinParallelMacs = 1 << 15;
 constexpr int64_t kRowBlock = 16;
 // f32 panel of dequantized rows the prefill path multiplies at once (per thread).
 constexpr int64_t kPanelBytes = 1 << 20;
+// Bytes of W ahead of the int8-activation kernels' loads to prefetch (one line per 64 bytes of
+// W read; about two rows of a k = 2048 int4 matrix ahead). Measured (quant_gemv_bench, 1
+// thread, Sapphire Rapids, DRAM): int4 g32 decode 8.6 GB/s without, 7.4 at 256 B, 9.6 at
+// 1 KiB, 10.1 at 2 and 4 KiB (bf16 GemmNT 10.5).
+constexpr int64_t kQuantPrefetchBytes = 2048;
 
 float LoadAsFloat(const void* w, DType t, int64_t i) {
   switch (t) {
@@ -409,6 +414,7 @@ CCTUNE_QTARGET_AVX512VNNI void Avx512VnniInt8ActTile(int64_t k, const ActRows& x
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < x.blocks; ++blk) {
     const int64_t q = blk * kActBlock;
+    _mm_prefetch(reinterpret_cast<const char*>(b + q) + kQuantPrefetchBytes, _MM_HINT_T0);
     const __m512i wv =
         q + kActBlock <= k
             ? _mm512_loadu_si512(b + q)
@@ -483,10 +489,6 @@ struct Int4ActRows {
   }
 };
 
-// Bytes of W ahead of the int4 kernels' loads to prefetch (one line per chunk; about two rows of
-// a k = 2048 matrix ahead). Measured (quant_gemv_bench, 1 thread, Sapphire Rapids): int4 g32
-// decode 8.6 GB/s without, 7.4 at 256 B, 9.6 at 1 KiB, 10.1 at 2 and 4 KiB (bf16 GemmNT 10.5).
-constexpr int64_t kInt4PrefetchBytes = 2048;
 // The VNNI kernel reads W in spans of 128 inputs (4 blocks A, B, C, D: one 64-byte line) and
 // unpacks a span into two vectors, the low nibbles [A 0..15, B 0..15, C 0..15, D 0..15] and the
 // high ones [A 16..31, B 16..31, ...], i.e. the inputs 0..15, 32..47, 64..79, 96..111 and
@@ -550,7 +552,7 @@ CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows
     for (int i = 0; i < MR; ++i) gacc[i] = _mm256_setzero_ps();
     for (int64_t blk = b0; blk < b1; ++blk) {
       if (blk % 4 == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kInt4PrefetchBytes,
+        _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kQuantPrefetchBytes,
                      _MM_HINT_T0);
       }
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
@@ -589,7 +591,7 @@ CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4Span(const uint8_t* row, i
                                                          __m512i* hi) {
   const __m512i mask = _mm512_set1_epi8(15);
   const uint8_t* p = row + sp * 64;
-  _mm_prefetch(reinterpret_cast<const char*>(p) + kInt4PrefetchBytes, _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kQuantPrefetchBytes, _MM_HINT_T0);
   const int64_t nb = blocks - 4 * sp;  // blocks in this span: 4, or 1..3 at the row's end
   const __m512i raw = nb >= 4 ? _mm512_loadu_si512(p)
                               : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * nb)) - 1, p);
@@ -848,6 +850,13 @@ void ForRowRanges(int64_t m, const QuantMatrix& w, Fn fn) {
   }
 }
 
+// Rows of A per pass of the int8-activation kernels over W: their int8 copy (ldq bytes a row)
+// within 256 KiB, a multiple of 4 (the tile), all of them for decode.
+int64_t ActRowBlock(int64_t m, int64_t ldq) {
+  const int64_t fit = std::max<int64_t>(4, (256 << 10) / std::max<int64_t>(ldq, 1) / 4 * 4);
+  return std::min(m, fit);
+}
+
 QuantActivations DefaultQuantActivations() {
   const char* env = std::getenv("CCTUNE_QUANT_ACTIVATIONS");
   if (env == nullptr || std::string(env) == "int8") return QuantActivations::kInt8;
@@ -1073,16 +1082,23 @@ void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
   QuantizeActivations(m, w.k, a, lda, isa == Int8ActIsa::kAvx512Vnni, xq.data(), ldq, xd.data(),
                       blocks);
   const ActRows x{xq.data(), ldq, xd.data(), blocks, blocks};
-  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
-    switch (isa) {
-      case Int8ActIsa::kAvx512Vnni:
-        return Int8ActRows<VnniAct>(m, x, w, j0, j1, c, ldc);
-      case Int8ActIsa::kAvx2:
-        return Int8ActRows<Avx2Act>(m, x, w, j0, j1, c, ldc);
-      default:
-        return Int8ActRows<ScalarAct>(m, x, w, j0, j1, c, ldc);
-    }
-  });
+  // Rows of A in blocks whose quantized copy stays in L2 while W streams past (prefill).
+  const int64_t mb = ActRowBlock(m, ldq);
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t rows = std::min(mb, m - i0);
+    const ActRows xb = x.Offset(i0);
+    float* cb = c + i0 * ldc;
+    ForRowRanges(rows, w, [&](int64_t j0, int64_t j1) {
+      switch (isa) {
+        case Int8ActIsa::kAvx512Vnni:
+          return Int8ActRows<VnniAct>(rows, xb, w, j0, j1, cb, ldc);
+        case Int8ActIsa::kAvx2:
+          return Int8ActRows<Avx2Act>(rows, xb, w, j0, j1, cb, ldc);
+        default:
+          return Int8ActRows<ScalarAct>(rows, xb, w, j0, j1, cb, ldc);
+      }
+    });
+  }
 }
 
 void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
@@ -1139,16 +1155,22 @@ void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
     q = xp.data();
   }
   const Int4ActRows x{q, ldq, xd.data(), blocks, xs.data(), groups, dv.data(), spans * 16};
-  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
-    switch (isa) {
-      case Int8ActIsa::kAvx512Vnni:
-        return Int4ActRowsRange<Int8ActIsa::kAvx512Vnni>(m, x, w, j0, j1, c, ldc);
-      case Int8ActIsa::kAvx2:
-        return Int4ActRowsRange<Int8ActIsa::kAvx2>(m, x, w, j0, j1, c, ldc);
-      default:
-        return Int4ActRowsRange<Int8ActIsa::kScalar>(m, x, w, j0, j1, c, ldc);
-    }
-  });
+  const int64_t mb = ActRowBlock(m, ldq);
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t rows = std::min(mb, m - i0);
+    const Int4ActRows xb = x.Offset(i0);
+    float* cb = c + i0 * ldc;
+    ForRowRanges(rows, w, [&](int64_t j0, int64_t j1) {
+      switch (isa) {
+        case Int8ActIsa::kAvx512Vnni:
+          return Int4ActRowsRange<Int8ActIsa::kAvx512Vnni>(rows, xb, w, j0, j1, cb, ldc);
+        case Int8ActIsa::kAvx2:
+          return Int4ActRowsRange<Int8ActIsa::kAvx2>(rows, xb, w, j0, j1, cb, ldc);
+        default:
+          return Int4ActRowsRange<Int8ActIsa::kScalar>(rows, xb, w, j0, j1, cb, ldc);
+      }
+    });
+  }
 }
 
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
@@ -1172,11 +1194,11 @@ void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix&
 
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc) {
-  const bool int8_acts = GetQuantActivations() == QuantActivations::kInt8;
-  if (m <= quant_internal::kMaxStreamRows && int8_acts &&
-      w.format == QuantFormat::kInt8PerChannel) {
+  const bool int8_acts = GetQuantActivations() == QuantActivations::kInt8 &&
+                         m <= quant_internal::kMaxInt8ActRows;
+  if (int8_acts && w.format == QuantFormat::kInt8PerChannel) {
     quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
-  } else if (m <= quant_internal::kMaxStreamRows && int8_acts) {
+  } else if (int8_acts) {
     quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
   } else if (m <= quant_internal::kMaxStreamRows) {
     quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a, lda, w, c, ldc);

@@ -251,7 +251,10 @@ TEST_P(QuantGemmLevelTest, PanelAndDispatchMatchFp64) {
     for (const Case& c : kCases) CheckGemm(f, c, Path::kPanel, gen);
     for (const Case& c : big) {
       CheckGemm(f, c, Path::kPanel, gen);
+      // The public entry with f32 activations: the panels above kMaxStreamRows rows.
+      SetQuantActivations(QuantActivations::kF32);
       CheckGemm(f, c, Path::kPublic, gen);
+      SetQuantActivations(QuantActivations::kInt8);
     }
   }
 }
@@ -373,7 +376,8 @@ void CheckInt8Act(Int8ActIsa isa, const Case& c, Generator& gen) {
 
 TEST_P(QuantGemmLevelTest, Int8ActivationsMatchFp64OfTheQuantizedValues) {
   Generator gen(40 + static_cast<int>(GetParam()));
-  const Case more[] = {{1, 20, 64, 0}, {1, 20, 65, 0}, {2, 17, 129, 0}, {6, 33, 8192, 0}};
+  const Case more[] = {{1, 20, 64, 0},    {1, 20, 65, 0}, {2, 17, 129, 0}, {6, 33, 8192, 0},
+                       {70, 9, 8192, 0}};  // 70 rows of 8 KiB: three row blocks
   for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
     for (const Case& c : kCases) CheckInt8Act(isa, c, gen);
     for (const Case& c : more) CheckInt8Act(isa, c, gen);
@@ -435,7 +439,8 @@ TEST_P(QuantGemmLevelTest, Int4Int8ActivationsMatchFp64OfTheQuantizedValues) {
   const Case more[] = {{1, 21, 64, 32},   {1, 20, 65, 64},    {2, 17, 129, 96},
                        {3, 18, 300, 160}, {1, 33, 700, 224},  {4, 16, 2048, 256},
                        {6, 33, 1376, 128}, {8, 40, 96, 64},   {5, 12, 3000, 32},
-                       {2, 19, 500, 192},  {1, 24, 4100, 64},  {3, 9, 390, 128}};
+                       {2, 19, 500, 192},  {1, 24, 4100, 64},  {3, 9, 390, 128},
+                       {70, 10, 8192, 256}};  // 70 rows of 8 KiB: three row blocks
   for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
     for (const Case& c : kCases) CheckInt4Act(isa, c, gen);
     for (const Case& c : more) CheckInt4Act(isa, c, gen);
@@ -494,6 +499,32 @@ TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
   quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q4.view,
                                     want.data(), n);
   EXPECT_EQ(got, want);
+}
+
+// With int8 activations the public entry takes the int8-activation kernels up to
+// kMaxInt8ActRows rows of A (decode and short prefills), the panels above.
+TEST_P(QuantGemmLevelTest, Int8ActivationKernelsServeUpToTheirRowLimit) {
+  Generator gen(80);
+  const int64_t n = 40, k = 200, lim = quant_internal::kMaxInt8ActRows;
+  for (QuantFormat f : {QuantFormat::kInt8PerChannel, QuantFormat::kInt4Grouped}) {
+    const Quantized q = Quantize(f, n, k, 64, RandomMatrix(n, k, gen));
+    for (int64_t m : {int64_t{9}, int64_t{33}, lim, lim + 1}) {
+      SCOPED_TRACE(absl::StrCat(CaseName(f, {m, n, k, 64})));
+      const std::vector<float> a = RandomMatrix(m, k, gen);
+      std::vector<float> got(m * n), want(m * n);
+      QuantGemmNT(m, a.data(), k, q.view, got.data(), n);
+      if (m > lim) {
+        quant_internal::PanelQuantGemmNT(m, a.data(), k, q.view, want.data(), n);
+      } else if (f == QuantFormat::kInt8PerChannel) {
+        quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k,
+                                            q.view, want.data(), n);
+      } else {
+        quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k,
+                                            q.view, want.data(), n);
+      }
+      EXPECT_EQ(got, want);
+    }
+  }
 }
 
 CCTUNE_INSTANTIATE_ISA_LEVELS(QuantGemmLevelTest);
