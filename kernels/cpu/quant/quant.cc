@@ -533,50 +533,86 @@ void ScalarInt4ActTile(const QuantMatrix& w, const Int4ActRows& x, const uint8_t
 }
 
 // AVX2: one block of 32 per vector (natural order: the low nibbles are inputs 0..15, the high
-// ones 16..31), vpmaddubsw of the unsigned nibbles with the signed activations (a pair sums at
-// most 2 · 15 · 127: no int16 saturation), vpmaddwd to int32.
+// ones 16..31: one 16-byte broadcast, vpsrlvd by 0 / 4 per half, vpand), vpmaddubsw of the
+// unsigned nibbles with the signed activations (a pair sums at most 2 · 15 · 127: no int16
+// saturation), vpmaddwd to int32, then one FMA with (activation d) x (group scale). The group
+// scales are converted to f32 64 at a time and the zero points enter 8 groups per step.
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE __m256 Avx2Bf16x8ToF32(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE void Avx2Int4ActBlock(const Int4ActRows& x,
+                                                         const uint8_t* row, int64_t blk,
+                                                         __m256 sv, __m256* a) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  if (blk % 4 == 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kQuantPrefetchBytes,
+                 _MM_HINT_T0);
+  }
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
+  const __m256i wv =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m256i xv = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(x.q + i * x.ldq + blk * kInt4BlockSize));
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+    a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                           _mm256_mul_ps(sv, _mm256_broadcast_ss(x.d + i * x.ldd + blk / 2)),
+                           a[i]);
+  }
+}
+
 template <int MR>
 CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows& x,
                                          const uint8_t* row, const bf16* scales,
                                          const bf16* zeros, int64_t groups, float* c,
                                          int64_t ldc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i mask = _mm256_set1_epi8(15);
-  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-  __m256 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    int64_t b0, b1;
-    GroupBlocks(w, g, &b0, &b1);
-    __m256 gacc[MR];
-    for (int i = 0; i < MR; ++i) gacc[i] = _mm256_setzero_ps();
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      if (blk % 4 == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kQuantPrefetchBytes,
-                     _MM_HINT_T0);
-      }
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
-      const __m256i wv =
-          _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m256i xv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(x.q + i * x.ldq + blk * kInt4BlockSize));
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
-        gacc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x.d[i * x.ldd + blk / 2]),
-                                  gacc[i]);
-      }
+  constexpr int64_t kChunk = 64;  // groups whose scales are converted at a time
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+  const int64_t bpg = w.groupsize / kInt4BlockSize;
+  alignas(32) float sf[kChunk];
+  __m256 acc[2][MR];
+  for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+    const int64_t ng = std::min(kChunk, groups - g0);
+    int64_t t = 0;
+    for (; t + 8 <= ng; t += 8) _mm256_store_ps(sf + t, Avx2Bf16x8ToF32(scales + g0 + t));
+    for (; t < ng; ++t) sf[t] = Bf16ToFloat(scales[g0 + t]);
+    const int64_t b0 = g0 * bpg, b1 = std::min(blocks, (g0 + ng) * bpg);
+    // The group of a block counted along (no division per block).
+    const float* sp = sf;
+    int64_t left = bpg;
+    int64_t blk = b0;
+    for (; blk + 2 <= b1; blk += 2) {  // two accumulators (FMA latency)
+      Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
+      if (--left == 0) ++sp, left = bpg;
+      Avx2Int4ActBlock<MR>(x, row, blk + 1, _mm256_broadcast_ss(sp), acc[1]);
+      if (--left == 0) ++sp, left = bpg;
     }
-    const __m256 sv = _mm256_set1_ps(Bf16ToFloat(scales[g]));
-    for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(gacc[i], sv, acc[i]);
+    if (blk < b1) Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
+  }
+  // Zero points: Σ_g (z_g - 8·s_g) · xs_g.
+  const __m256 eight = _mm256_set1_ps(8.f);
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 zz = _mm256_fnmadd_ps(eight, Avx2Bf16x8ToF32(scales + g),
+                                       Avx2Bf16x8ToF32(zeros + g));
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = _mm256_fmadd_ps(zz, _mm256_loadu_ps(x.xs + i * x.ldxs + g), acc[0][i]);
+    }
   }
   for (int i = 0; i < MR; ++i) {
     float zt = 0.f;
-    for (int64_t g = 0; g < groups; ++g) {
-      const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
-      zt += (z - 8.f * s) * x.xs[i * x.ldxs + g];
+    for (int64_t r = g; r < groups; ++r) {
+      const float s = Bf16ToFloat(scales[r]), z = Bf16ToFloat(zeros[r]);
+      zt += (z - 8.f * s) * x.xs[i * x.ldxs + r];
     }
-    c[i * ldc] = Avx2Sum(acc[i]) + zt;
+    c[i * ldc] = Avx2Sum(_mm256_add_ps(acc[0][i], acc[1][i])) + zt;
   }
 }
 
@@ -658,8 +694,9 @@ CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 VnniNarrowScales(const bf16* sca
                                                                  int64_t groups, int64_t blocks,
                                                                  int64_t bpg, __m512i widx,
                                                                  __m512i quarter) {
-  if constexpr (kLanes > 0) {
-    const int64_t per = 16 / kLanes, g0 = 4 * sp / bpg, n = std::min(per, groups - g0);
+  if constexpr (kLanes > 0) {  // bpg a power of two: a shift, not a division
+    const int64_t per = 16 / kLanes, g0 = (4 * sp) >> __builtin_ctzll(bpg);
+    const int64_t n = std::min(per, groups - g0);
     const __m128i v = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), scales + g0);
     return _mm512_castsi512_ps(
         _mm512_maskz_permutexvar_epi16(__mmask32{0xAAAAAAAAu}, widx, _mm512_castsi128_si512(v)));
