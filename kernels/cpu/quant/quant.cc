@@ -1231,9 +1231,11 @@ void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix&
 
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc) {
-  const bool int8_acts = GetQuantActivations() == QuantActivations::kInt8 &&
-                         m <= quant_internal::kMaxInt8ActRows;
-  if (int8_acts && w.format == QuantFormat::kInt8PerChannel) {
+  const bool int8_weights = w.format == QuantFormat::kInt8PerChannel;
+  const bool int8_acts =
+      GetQuantActivations() == QuantActivations::kInt8 &&
+      m <= (int8_weights ? quant_internal::kMaxInt8ActRows : quant_internal::kMaxInt4ActRows);
+  if (int8_acts && int8_weights) {
     quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
   } else if (int8_acts) {
     quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);

@@ -502,11 +502,13 @@ TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
 }
 
 // With int8 activations the public entry takes the int8-activation kernels up to
-// kMaxInt8ActRows rows of A (decode and short prefills), the panels above.
+// kMaxInt8ActRows / kMaxInt4ActRows rows of A (decode and short prefills), the panels above.
 TEST_P(QuantGemmLevelTest, Int8ActivationKernelsServeUpToTheirRowLimit) {
   Generator gen(80);
-  const int64_t n = 40, k = 200, lim = quant_internal::kMaxInt8ActRows;
+  const int64_t n = 40, k = 200;
   for (QuantFormat f : {QuantFormat::kInt8PerChannel, QuantFormat::kInt4Grouped}) {
+    const int64_t lim = f == QuantFormat::kInt8PerChannel ? quant_internal::kMaxInt8ActRows
+                                                          : quant_internal::kMaxInt4ActRows;
     const Quantized q = Quantize(f, n, k, 64, RandomMatrix(n, k, gen));
     for (int64_t m : {int64_t{9}, int64_t{33}, lim, lim + 1}) {
       SCOPED_TRACE(absl::StrCat(CaseName(f, {m, n, k, 64})));
