@@ -18,8 +18,9 @@
 # "Time for inference" at max_new_tokens N and 1, which two processes' noise enters.
 # llama.cpp's is llama-bench's tg rate (avg_ts). On a shared machine the pairs' ratios scatter
 # with the other load (DETAIL prints load1 at the runs' start); DETAIL also gives each
-# program's best run and their ratio, the least disturbed figures. Peak RSS from /usr/bin/time -v (GB = 1e9 bytes); cctune's includes quantizing at
-# load (the bf16 checkpoint's pages it read).
+# program's best run and their ratio, the least disturbed figures. Peak RSS from
+# /usr/bin/time -v (GB = 1e9 bytes); cctune's includes quantizing at load (the bf16
+# checkpoint's pages it read).
 set -uo pipefail
 
 log() { echo "[anchor_quant] $*" >&2; }
@@ -38,6 +39,13 @@ TH=${CCTUNE_ANCHORS_THREADS:-2}
 NT=${ANCHOR_QUANT_TOKENS:-64}
 [[ $NT =~ ^[1-9][0-9]*$ ]] && [ "$NT" -gt 1 ] || die "ANCHOR_QUANT_TOKENS must be > 1, not '$NT'"
 CASES=${ANCHOR_QUANT_CASES:-q8 q4g32 q4g256}
+for c in $CASES; do
+  case $c in
+  q8|q4g32|q4g256) ;;
+  *) die "unknown case '$c' in ANCHOR_QUANT_CASES (q8, q4g32, q4g256)" ;;
+  esac
+done
+[ -n "${CASES// /}" ] || die "ANCHOR_QUANT_CASES is empty"
 CACHE=${CCTUNE_ANCHORS_CACHE:-$HOME/.cache/cctune-anchors}
 LLAMA_BIN=$CACHE/llama.cpp/build/bin
 MODELS=$CACHE/models
@@ -101,7 +109,6 @@ for i in $(seq 1 "$REPS"); do
       llama "${c}_llama_$i" tiny1b-q4_0.gguf
       cct "${c}_cctN_$i" "$NT" "quantizer._component_=$Q4" "quantizer.groupsize=$g"
       cct "${c}_cct1_$i" 1 "quantizer._component_=$Q4" "quantizer.groupsize=$g" ;;
-    *) die "unknown case '$c' (q8, q4g32, q4g256)" ;;
     esac
   done
 done
