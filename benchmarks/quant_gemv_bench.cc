@@ -1,8 +1,10 @@
 // Decode-shaped (m = 1..4) weight-only GEMV throughput: int8, int4 (groupsize 32, 128, 256),
 // with int8 activations (the default) and f32 ones, and the bf16 streaming GemmNT on the same
 // [n, k] shapes, alternating in one process, as GB/s of weight bytes read (scales and zeros
-// included) and ns per weight and thread (times the core clock: cycles per weight). Eight matrices of a 1.1B Llama's MLP shape
-// (8192 x 2048) are cycled so the weights do not fit in the last-level cache.
+// included) and ns per weight and thread (times the core clock: cycles per weight). Eight
+// matrices of a 1.1B Llama's MLP shape (8192 x 2048) are cycled so the weights do not fit in
+// the last-level cache; `hot` measures the kernels' compute in L2; m > 8 adds the panels
+// against the int8-activation kernels (GFLOP/s).
 //
 //   bazel run -c opt //benchmarks:quant_gemv_bench -- [reps=5] [m=1] [hot]
 #include <omp.h>

@@ -730,7 +730,8 @@ CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileNarrow(const QuantMatrix& w, const
                          VnniNarrowScales<kLanes>(scales, sp, groups, blocks, bpg, widx, quarter),
                          acc[0]);
     VnniInt4SpanRows<MR>(x, row, sp + 1, blocks,
-                         VnniNarrowScales<kLanes>(scales, sp + 1, groups, blocks, bpg, widx, quarter),
+                         VnniNarrowScales<kLanes>(scales, sp + 1, groups, blocks, bpg, widx,
+                                                  quarter),
                          acc[1]);
   }
   if (sp < spans) {
