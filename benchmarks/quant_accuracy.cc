@@ -4,7 +4,7 @@
 // absolute error, also relative to the largest |logit|), and greedy agreement over 200 tokens:
 // the free-running prefix that stays identical, and the teacher-forced top-1 agreement on the
 // f32 model's greedy sequence. Logits come from decode steps through the KV cache (the GEMV
-// generation runs); int8 is shown with int8 activations (the default) and f32 ones.
+// generation runs); int8 and int4 are shown with int8 activations (the default) and f32 ones.
 //
 //   bazel run -c opt //benchmarks:quant_accuracy -- [--shared_dir=../shared]
 #include <algorithm>
@@ -94,17 +94,19 @@ absl::Status Compare(const std::string& label, const DecoderConfig& config, Mode
   std::printf("  %-22s %12s %12s %10s %10s %14s %14s\n", "quantizer", "max |err|", "mean |err|",
               "max rel", "mean rel", "greedy prefix", "top-1 agree");
   const StateDict full = f32.arena.ExportStateDict();
-  // int8 twice: the decode GEMV with int8 activations (the default) and with f32 ones (the
-  // weights' error alone).
+  // int8 and int4 (groupsizes 32 and 256) twice: the decode GEMV with int8 activations (the
+  // default) and with f32 ones (the weights' error alone).
   struct Row {
     WeightQuantization q;
     cpu::QuantActivations acts;
   };
   const Row rows[] = {{{cpu::QuantFormat::kInt8PerChannel, 0}, cpu::QuantActivations::kF32},
                       {{cpu::QuantFormat::kInt8PerChannel, 0}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 32}, cpu::QuantActivations::kF32},
                       {{cpu::QuantFormat::kInt4Grouped, 32}, cpu::QuantActivations::kInt8},
                       {{cpu::QuantFormat::kInt4Grouped, 64}, cpu::QuantActivations::kInt8},
                       {{cpu::QuantFormat::kInt4Grouped, 128}, cpu::QuantActivations::kInt8},
+                      {{cpu::QuantFormat::kInt4Grouped, 256}, cpu::QuantActivations::kF32},
                       {{cpu::QuantFormat::kInt4Grouped, 256}, cpu::QuantActivations::kInt8}};
   for (const Row& row : rows) {
     const WeightQuantization& q = row.q;
@@ -133,9 +135,9 @@ absl::Status Compare(const std::string& label, const DecoderConfig& config, Mode
     const double mean_err = sum_err / static_cast<double>(kTokens * v);
     std::printf("  %-22s %12.5f %12.6f %10.5f %10.6f %10lld/%lld %10lld/%lld\n",
                 (q.QuantizerName().substr(0, 4) +
-                 (q.format == cpu::QuantFormat::kInt4Grouped
-                      ? absl::StrCat(" g", q.groupsize)
-                      : (row.acts == cpu::QuantActivations::kInt8 ? " (int8 act)" : " (f32 act)")))
+                 (q.format == cpu::QuantFormat::kInt4Grouped ? absl::StrCat(" g", q.groupsize)
+                                                             : std::string()) +
+                 (row.acts == cpu::QuantActivations::kInt8 ? " (int8 act)" : " (f32 act)"))
                     .c_str(),
                 max_err, mean_err, max_err / max_logit, mean_err / max_logit,
                 static_cast<long long>(prefix), static_cast<long long>(kTokens),

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ constexpr int64_t kMinParallelMacs = 1 << 15;
 constexpr int64_t kRowBlock = 16;
 // f32 panel of dequantized rows the prefill path multiplies at once (per thread).
 constexpr int64_t kPanelBytes = 1 << 20;
+// Bytes of W ahead of the int8-activation kernels' loads to prefetch (one line per 64 bytes of
+// W read; about two rows of a k = 2048 int4 matrix ahead). Measured (quant_gemv_bench, 1
+// thread, Sapphire Rapids, DRAM): int4 g32 decode 8.6 GB/s without, 7.4 at 256 B, 9.6 at
+// 1 KiB, 10.1 at 2 and 4 KiB (bf16 GemmNT 10.5).
+constexpr int64_t kQuantPrefetchBytes = 2048;
 
 float LoadAsFloat(const void* w, DType t, int64_t i) {
   switch (t) {
@@ -408,6 +414,7 @@ CCTUNE_QTARGET_AVX512VNNI void Avx512VnniInt8ActTile(int64_t k, const ActRows& x
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < x.blocks; ++blk) {
     const int64_t q = blk * kActBlock;
+    _mm_prefetch(reinterpret_cast<const char*>(b + q) + kQuantPrefetchBytes, _MM_HINT_T0);
     const __m512i wv =
         q + kActBlock <= k
             ? _mm512_loadu_si512(b + q)
@@ -455,6 +462,337 @@ struct VnniAct {
     Avx512VnniInt8ActTile<MR>(k, x, b, s, c, ldc);
   }
 };
+
+// ---------------------------------------------------------------------------------------------
+// Int4 weights x int8 activations. The activations are quantized as for int8 weights (blocks of
+// kActBlock = 64, QuantizeActivations); each block of 32 weights sums q·x_q exactly in int32
+// with the nibbles q = 0..15 as the unsigned operand (no bias), and the group's terms are
+// scaled by the activation block's d and the group's scale in f32. The zero point enters once
+// per group: Σ ((q - 8)·s + z)·d·x_q = s · Σ q·d·x_q + (z - 8·s) · xs, with xs = Σ d·x_q over
+// the group (per row of A, once per call). The result is the dot product of the stored weights
+// with the quantized activations, up to f32 rounding.
+
+// Quantized rows of A for the int4 kernels: q [rows, ldq] int8 (in the kernel's order, below;
+// ldq a multiple of 128, zero-padded), d [rows, ldd] one per block of 64, xs [rows, ldxs] per
+// group of W, and for the VNNI kernel dv [rows, lddv]: per 128 inputs 16 lanes of d (below).
+struct Int4ActRows {
+  const int8_t* q;
+  int64_t ldq;
+  const float* d;
+  int64_t ldd;
+  const float* xs;
+  int64_t ldxs;
+  const float* dv;
+  int64_t lddv;
+  Int4ActRows Offset(int64_t r) const {
+    return {q + r * ldq, ldq, d + r * ldd, ldd, xs + r * ldxs, ldxs, dv + r * lddv, lddv};
+  }
+};
+
+// The VNNI kernel reads W in spans of 128 inputs (4 blocks A, B, C, D: one 64-byte line) and
+// unpacks a span into two vectors, the low nibbles [A 0..15, B 0..15, C 0..15, D 0..15] and the
+// high ones [A 16..31, B 16..31, ...], i.e. the inputs 0..15, 32..47, 64..79, 96..111 and
+// 16..31, 48..63, 80..95, 112..127 of the span. The activations are stored in that order (128
+// bytes per span) so that byte t of both operands is the same input.
+constexpr int64_t kVnniSpan = 128;
+CCTUNE_QINLINE int64_t VnniSpanSource(int64_t t) {
+  const int64_t half = t / 64, quarter = (t % 64) / 16;
+  return quarter * kInt4BlockSize + half * 16 + t % 16;
+}
+
+// The int32 sum Σ q·x of one block of 32 nibbles against 32 int8 activations (natural order).
+CCTUNE_QINLINE int32_t Int4BlockDotInt(const uint8_t* block, const int8_t* x) {
+  int32_t s = 0;
+  for (int t = 0; t < 16; ++t) {
+    s += int32_t{static_cast<uint8_t>(block[t] & 15)} * x[t] +
+         int32_t{static_cast<uint8_t>(block[t] >> 4)} * x[t + 16];
+  }
+  return s;
+}
+
+template <int MR>
+void ScalarInt4ActTile(const QuantMatrix& w, const Int4ActRows& x, const uint8_t* row,
+                       const bf16* scales, const bf16* zeros, int64_t groups, float* c,
+                       int64_t ldc) {
+  for (int i = 0; i < MR; ++i) {
+    const int8_t* xq = x.q + i * x.ldq;
+    float total = 0.f;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t b0, b1;
+      GroupBlocks(w, g, &b0, &b1);
+      float acc = 0.f;
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        acc += x.d[i * x.ldd + blk / 2] *
+               static_cast<float>(Int4BlockDotInt(row + blk * 16, xq + blk * kInt4BlockSize));
+      }
+      const float s = Bf16ToFloat(scales[g]), z = Bf16ToFloat(zeros[g]);
+      total += s * acc + (z - 8.f * s) * x.xs[i * x.ldxs + g];
+    }
+    c[i * ldc] = total;
+  }
+}
+
+// AVX2: one block of 32 per vector (natural order: the low nibbles are inputs 0..15, the high
+// ones 16..31: one 16-byte broadcast, vpsrlvd by 0 / 4 per half, vpand), vpmaddubsw of the
+// unsigned nibbles with the signed activations (a pair sums at most 2 · 15 · 127: no int16
+// saturation), vpmaddwd to int32, then one FMA with (activation d) x (group scale). The group
+// scales are converted to f32 64 at a time and the zero points enter 8 groups per step.
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE __m256 Avx2Bf16x8ToF32(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE void Avx2Int4ActBlock(const Int4ActRows& x,
+                                                         const uint8_t* row, int64_t blk,
+                                                         __m256 sv, __m256* a) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+  if (blk % 4 == 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kQuantPrefetchBytes,
+                 _MM_HINT_T0);
+  }
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
+  const __m256i wv =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m256i xv = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(x.q + i * x.ldq + blk * kInt4BlockSize));
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
+    a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                           _mm256_mul_ps(sv, _mm256_broadcast_ss(x.d + i * x.ldd + blk / 2)),
+                           a[i]);
+  }
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows& x,
+                                         const uint8_t* row, const bf16* scales,
+                                         const bf16* zeros, int64_t groups, float* c,
+                                         int64_t ldc) {
+  constexpr int64_t kChunk = 64;  // groups whose scales are converted at a time
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+  const int64_t bpg = w.groupsize / kInt4BlockSize;
+  alignas(32) float sf[kChunk];
+  __m256 acc[2][MR];
+  for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+    const int64_t ng = std::min(kChunk, groups - g0);
+    int64_t t = 0;
+    for (; t + 8 <= ng; t += 8) _mm256_store_ps(sf + t, Avx2Bf16x8ToF32(scales + g0 + t));
+    for (; t < ng; ++t) sf[t] = Bf16ToFloat(scales[g0 + t]);
+    const int64_t b0 = g0 * bpg, b1 = std::min(blocks, (g0 + ng) * bpg);
+    // The group of a block counted along (no division per block).
+    const float* sp = sf;
+    int64_t left = bpg;
+    int64_t blk = b0;
+    for (; blk + 2 <= b1; blk += 2) {  // two accumulators (FMA latency)
+      Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
+      if (--left == 0) ++sp, left = bpg;
+      Avx2Int4ActBlock<MR>(x, row, blk + 1, _mm256_broadcast_ss(sp), acc[1]);
+      if (--left == 0) ++sp, left = bpg;
+    }
+    if (blk < b1) Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
+  }
+  // Zero points: Σ_g (z_g - 8·s_g) · xs_g.
+  const __m256 eight = _mm256_set1_ps(8.f);
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 zz = _mm256_fnmadd_ps(eight, Avx2Bf16x8ToF32(scales + g),
+                                       Avx2Bf16x8ToF32(zeros + g));
+    for (int i = 0; i < MR; ++i) {
+      acc[0][i] = _mm256_fmadd_ps(zz, _mm256_loadu_ps(x.xs + i * x.ldxs + g), acc[0][i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float zt = 0.f;
+    for (int64_t r = g; r < groups; ++r) {
+      const float s = Bf16ToFloat(scales[r]), z = Bf16ToFloat(zeros[r]);
+      zt += (z - 8.f * s) * x.xs[i * x.ldxs + r];
+    }
+    c[i * ldc] = Avx2Sum(_mm256_add_ps(acc[0][i], acc[1][i])) + zt;
+  }
+}
+
+// AVX-512 VNNI: one span of 128 inputs (64 bytes of W) per step: one load, the low nibbles
+// (vpandd) and the high ones (vpsrlw + vpandd), and per row of A two vpdpbusd (the nibbles as
+// the unsigned operand, the int8 activations signed) into one int32 vector. Lane l sums the 8
+// products of inputs of block l / 4 of the span (at most 8 · 15 · 127): lanes 0-7 lie in the
+// span's first activation block of 64, lanes 8-15 in its second, and dv holds d that way.
+// Then one convert and one FMA with (activation d) x (the lanes' weight scales) per row.
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4Span(const uint8_t* row, int64_t sp,
+                                                         int64_t blocks, __m512i* lo,
+                                                         __m512i* hi) {
+  const __m512i mask = _mm512_set1_epi8(15);
+  const uint8_t* p = row + sp * 64;
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kQuantPrefetchBytes, _MM_HINT_T0);
+  const int64_t nb = blocks - 4 * sp;  // blocks in this span: 4, or 1..3 at the row's end
+  const __m512i raw = nb >= 4 ? _mm512_loadu_si512(p)
+                              : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * nb)) - 1, p);
+  *lo = _mm512_and_si512(raw, mask);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+}
+
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 Bf16x16ToF32(__m256i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+// The zero-point term Σ_g (z_g - 8·s_g) · xs_g, 16 groups per step, into acc.
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4ZeroTerm(const Int4ActRows& x,
+                                                               const bf16* scales,
+                                                               const bf16* zeros, int64_t groups,
+                                                               __m512* acc) {
+  const __m512 eight = _mm512_set1_ps(8.f);
+  for (int64_t g = 0; g < groups; g += 16) {
+    const __mmask16 mk =
+        groups - g >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (groups - g)) - 1);
+    const __m512 sv = Bf16x16ToF32(_mm256_maskz_loadu_epi16(mk, scales + g));
+    const __m512 zv = Bf16x16ToF32(_mm256_maskz_loadu_epi16(mk, zeros + g));
+    const __m512 zz = _mm512_fnmadd_ps(eight, sv, zv);
+    for (int i = 0; i < MR; ++i) {
+      acc[i] = _mm512_fmadd_ps(zz, _mm512_maskz_loadu_ps(mk, x.xs + i * x.ldxs + g), acc[i]);
+    }
+  }
+}
+
+// One span into a[MR] with the lanes' weight scales sv.
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE void VnniInt4SpanRows(const Int4ActRows& x,
+                                                             const uint8_t* row, int64_t sp,
+                                                             int64_t blocks, __m512 sv,
+                                                             __m512* a) {
+  __m512i lo, hi;
+  VnniInt4Span(row, sp, blocks, &lo, &hi);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const int8_t* xq = x.q + i * x.ldq + sp * kVnniSpan;
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+    p = _mm512_dpbusd_epi32(p, hi, _mm512_loadu_si512(xq + 64));
+    a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                           _mm512_mul_ps(sv, _mm512_loadu_ps(x.dv + i * x.lddv + sp * 16)), a[i]);
+  }
+}
+
+// Word indices for vpermw: dword lane l takes bf16 scale number l / kLanes into its high half
+// (the low half zeroed by the mask): groupsize 32 (4 groups per span), 64 (2), 128 and 256 (1).
+template <int kLanes>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512i ScaleWordIndex() {
+  alignas(64) static const auto table = [] {
+    struct T { uint16_t v[32]; } t{};
+    for (int l = 0; l < 16; ++l) t.v[2 * l + 1] = static_cast<uint16_t>(l / kLanes);
+    return t;
+  }();
+  return _mm512_load_si512(table.v);
+}
+
+// The lanes' weight scales of span sp for the narrow kernel below.
+template <int kLanes>
+CCTUNE_QTARGET_AVX512VNNI CCTUNE_QINLINE __m512 VnniNarrowScales(const bf16* scales, int64_t sp,
+                                                                 int64_t groups, int64_t blocks,
+                                                                 int64_t bpg, __m512i widx,
+                                                                 __m512i quarter) {
+  if constexpr (kLanes > 0) {  // bpg a power of two: a shift, not a division
+    const int64_t per = 16 / kLanes, g0 = (4 * sp) >> __builtin_ctzll(bpg);
+    const int64_t n = std::min(per, groups - g0);
+    const __m128i v = _mm_maskz_loadu_epi16(static_cast<__mmask8>((1u << n) - 1), scales + g0);
+    return _mm512_castsi512_ps(
+        _mm512_maskz_permutexvar_epi16(__mmask32{0xAAAAAAAAu}, widx, _mm512_castsi128_si512(v)));
+  } else {
+    float s[4];
+    for (int q = 0; q < 4; ++q) s[q] = Bf16ToFloat(scales[std::min(4 * sp + q, blocks - 1) / bpg]);
+    return _mm512_permutexvar_ps(quarter, _mm512_castps128_ps512(_mm_loadu_ps(s)));
+  }
+}
+
+// Each lane takes its block's group scale. kLanes: lanes per group scale, 4 (groupsize 32: the
+// span's 4 scales in one masked 8-byte load and a vpermw), 8 (64), 16 (128 and 256: one
+// scale); 0: any other multiple of 32 (4 scalar scales; the slow path of rare groupsizes such
+// as 96 and 192). Measured hot in L2 (quant_gemv_bench hot, 1 thread): about 0.025 ns per
+// weight for groupsizes 32, 128 and 256, including the activations' quantization.
+template <int MR, int kLanes>
+CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTileNarrow(const QuantMatrix& w, const Int4ActRows& x,
+                                                     const uint8_t* row, const bf16* scales,
+                                                     const bf16* zeros, int64_t groups, float* c,
+                                                     int64_t ldc) {
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+  const int64_t spans = (blocks + 3) / 4, bpg = w.groupsize / kInt4BlockSize;
+  const __m512i widx = ScaleWordIndex<kLanes == 0 ? 16 : kLanes>();
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  __m512 acc[2][MR];
+  for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+  // Unrolled by two with a fixed accumulator each (an indexed one would live in memory).
+  int64_t sp = 0;
+  for (; sp + 2 <= spans; sp += 2) {
+    VnniInt4SpanRows<MR>(x, row, sp, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp, groups, blocks, bpg, widx, quarter),
+                         acc[0]);
+    VnniInt4SpanRows<MR>(x, row, sp + 1, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp + 1, groups, blocks, bpg, widx,
+                                                  quarter),
+                         acc[1]);
+  }
+  if (sp < spans) {
+    VnniInt4SpanRows<MR>(x, row, sp, blocks,
+                         VnniNarrowScales<kLanes>(scales, sp, groups, blocks, bpg, widx, quarter),
+                         acc[0]);
+  }
+  for (int i = 0; i < MR; ++i) acc[0][i] = _mm512_add_ps(acc[0][i], acc[1][i]);
+  VnniInt4ZeroTerm<MR>(x, scales, zeros, groups, acc[0]);
+  for (int i = 0; i < MR; ++i) c[i * ldc] = _mm512_reduce_add_ps(acc[0][i]);
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX512VNNI void VnniInt4ActTile(const QuantMatrix& w, const Int4ActRows& x,
+                                               const uint8_t* row, const bf16* scales,
+                                               const bf16* zeros, int64_t groups, float* c,
+                                               int64_t ldc) {
+  switch (w.groupsize) {
+    case 32:
+      return VnniInt4ActTileNarrow<MR, 4>(w, x, row, scales, zeros, groups, c, ldc);
+    case 64:
+      return VnniInt4ActTileNarrow<MR, 8>(w, x, row, scales, zeros, groups, c, ldc);
+    case 128:
+    case 256:
+      return VnniInt4ActTileNarrow<MR, 16>(w, x, row, scales, zeros, groups, c, ldc);
+    default:
+      return VnniInt4ActTileNarrow<MR, 0>(w, x, row, scales, zeros, groups, c, ldc);
+  }
+}
+
+template <quant_internal::Int8ActIsa kIsa, int MR>
+void Int4ActTileFor(const QuantMatrix& w, const Int4ActRows& x, const uint8_t* row,
+                    const bf16* scales, const bf16* zeros, int64_t groups, float* c, int64_t ldc) {
+  if constexpr (kIsa == quant_internal::Int8ActIsa::kAvx512Vnni) {
+    VnniInt4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  } else if constexpr (kIsa == quant_internal::Int8ActIsa::kAvx2) {
+    Avx2Int4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  } else {
+    ScalarInt4ActTile<MR>(w, x, row, scales, zeros, groups, c, ldc);
+  }
+}
+
+// Rows [j0, j1) of W against the m quantized rows of A, 4 rows of A per pass over a W row.
+template <quant_internal::Int8ActIsa kIsa>
+void Int4ActRowsRange(int64_t m, const Int4ActRows& x, const QuantMatrix& w, int64_t j0,
+                      int64_t j1, float* c, int64_t ldc) {
+  const int64_t rb = Int4RowBytes(w.k), groups = Int4Groups(w.k, w.groupsize);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * rb;
+    const bf16* s = w.scales4 + j * groups;
+    const bf16* z = w.zeros4 + j * groups;
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+      Int4ActTileFor<kIsa, 4>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+    }
+    for (; i + 2 <= m; i += 2) {
+      Int4ActTileFor<kIsa, 2>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+    }
+    for (; i < m; ++i) Int4ActTileFor<kIsa, 1>(w, x.Offset(i), row, s, z, groups, c + i * ldc + j, ldc);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Row-range drivers: rows of A in tiles of 4, then 2, then 1 (more accumulators per row when
@@ -550,6 +888,13 @@ void ForRowRanges(int64_t m, const QuantMatrix& w, Fn fn) {
   }
 }
 
+// Rows of A per pass of the int8-activation kernels over W: their int8 copy (ldq bytes a row)
+// within 256 KiB, a multiple of 4 (the tile), all of them for decode.
+int64_t ActRowBlock(int64_t m, int64_t ldq) {
+  const int64_t fit = std::max<int64_t>(4, (256 << 10) / std::max<int64_t>(ldq, 1) / 4 * 4);
+  return std::min(m, fit);
+}
+
 QuantActivations DefaultQuantActivations() {
   const char* env = std::getenv("CCTUNE_QUANT_ACTIVATIONS");
   if (env == nullptr || std::string(env) == "int8") return QuantActivations::kInt8;
@@ -563,6 +908,30 @@ std::atomic<QuantActivations>& ActivationMode() {
   return mode;
 }
 
+// One full block of QuantizeActivations: the scalar loop's values (x · (1 / d) in f32, rounded
+// to nearest even by vcvtps2dq under the default MXCSR as nearbyint does, clamped), its d back.
+CCTUNE_QTARGET_AVX512 float Avx512QuantizeActBlock(const float* x, bool biased, int8_t* q) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 v[4];
+  __m512 mx = _mm512_setzero_ps();
+  for (int u = 0; u < 4; ++u) {
+    v[u] = _mm512_loadu_ps(x + 16 * u);
+    mx = _mm512_max_ps(mx, _mm512_and_ps(v[u], abs_mask));
+  }
+  const float amax = _mm512_reduce_max_ps(mx);
+  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const __m512 inv = _mm512_set1_ps(1.f / scale);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i bias = _mm512_set1_epi32(biased ? 128 : 0);
+  for (int u = 0; u < 4; ++u) {
+    __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(v[u], inv));
+    r = _mm512_add_epi32(_mm512_max_epi32(_mm512_min_epi32(r, hi), lo), bias);
+    // The low byte: v as int8, or v + 128 as uint8 bits.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * u), _mm512_cvtepi32_epi8(r));
+  }
+  return scale;
+}
+
 }  // namespace
 
 void SetQuantActivations(QuantActivations mode) { ActivationMode().store(mode); }
@@ -572,11 +941,16 @@ void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool
                          int8_t* q, int64_t ldq, float* d, int64_t ldd) {
   const int64_t blocks = (k + kActBlock - 1) / kActBlock;
   const int8_t pad = biased ? static_cast<int8_t>(-128) : 0;  // 0 + 128 as uint8 bits
+  const bool avx512 = IsaSupported(IsaLevel::kAvx512);
   for (int64_t i = 0; i < m; ++i) {
     const float* ai = a + i * lda;
     int8_t* qi = q + i * ldq;
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t q0 = blk * kActBlock, q1 = std::min(k, q0 + kActBlock);
+      if (avx512 && q1 - q0 == kActBlock) {
+        d[i * ldd + blk] = Avx512QuantizeActBlock(ai + q0, biased, qi + q0);
+        continue;
+      }
       float amax = 0.f;
       for (int64_t t = q0; t < q1; ++t) amax = std::max(amax, std::fabs(ai[t]));
       const float scale = amax > 0.f ? amax / 127.f : 1.f;
@@ -746,16 +1120,95 @@ void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
   QuantizeActivations(m, w.k, a, lda, isa == Int8ActIsa::kAvx512Vnni, xq.data(), ldq, xd.data(),
                       blocks);
   const ActRows x{xq.data(), ldq, xd.data(), blocks, blocks};
-  ForRowRanges(m, w, [&](int64_t j0, int64_t j1) {
-    switch (isa) {
-      case Int8ActIsa::kAvx512Vnni:
-        return Int8ActRows<VnniAct>(m, x, w, j0, j1, c, ldc);
-      case Int8ActIsa::kAvx2:
-        return Int8ActRows<Avx2Act>(m, x, w, j0, j1, c, ldc);
-      default:
-        return Int8ActRows<ScalarAct>(m, x, w, j0, j1, c, ldc);
+  // Rows of A in blocks whose quantized copy stays in L2 while W streams past (prefill).
+  const int64_t mb = ActRowBlock(m, ldq);
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t rows = std::min(mb, m - i0);
+    const ActRows xb = x.Offset(i0);
+    float* cb = c + i0 * ldc;
+    ForRowRanges(rows, w, [&](int64_t j0, int64_t j1) {
+      switch (isa) {
+        case Int8ActIsa::kAvx512Vnni:
+          return Int8ActRows<VnniAct>(rows, xb, w, j0, j1, cb, ldc);
+        case Int8ActIsa::kAvx2:
+          return Int8ActRows<Avx2Act>(rows, xb, w, j0, j1, cb, ldc);
+        default:
+          return Int8ActRows<ScalarAct>(rows, xb, w, j0, j1, cb, ldc);
+      }
+    });
+  }
+}
+
+void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc) {
+  CCTUNE_CHECK(w.format == QuantFormat::kInt4Grouped, "StreamInt4ActGemmNT: int4 weights only");
+  CCTUNE_CHECK(isa == Int8ActIsa::kScalar ||
+                   (isa == Int8ActIsa::kAvx2 && IsaSupported(IsaLevel::kAvx2)) ||
+                   (isa == Int8ActIsa::kAvx512Vnni && IsaSupported(IsaLevel::kAvx512) &&
+                    CpuHasVnni()),
+               "QuantGemmNT: path ", Int8ActIsaName(isa), " is not supported here");
+  if (m <= 0 || w.n <= 0) return;
+  // Grown, never shrunk: no allocation per call once warm.
+  thread_local std::vector<int8_t> xq, xp;
+  thread_local std::vector<float> xd, xs, dv;
+  const int64_t blocks = (w.k + kActBlock - 1) / kActBlock;
+  const int64_t spans = (w.k + kVnniSpan - 1) / kVnniSpan, ldq = spans * kVnniSpan;
+  const int64_t groups = Int4Groups(w.k, w.groupsize);
+  xq.resize(std::max<size_t>(xq.size(), m * ldq));
+  xd.resize(std::max<size_t>(xd.size(), std::max<int64_t>(m * blocks, 1)));
+  xs.resize(std::max<size_t>(xs.size(), std::max<int64_t>(m * groups, 1)));
+  QuantizeActivations(m, w.k, a, lda, /*biased=*/false, xq.data(), ldq, xd.data(), blocks);
+  // xs: Σ d·q over each group, from the integer sums of its blocks of 32.
+  for (int64_t i = 0; i < m; ++i) {
+    const int8_t* qi = xq.data() + i * ldq;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t b0, b1;
+      GroupBlocks(w, g, &b0, &b1);
+      float s = 0.f;
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        int32_t sum = 0;
+        for (int64_t t = 0; t < kInt4BlockSize; ++t) sum += qi[blk * kInt4BlockSize + t];
+        s += xd[i * blocks + blk / 2] * static_cast<float>(sum);
+      }
+      xs[i * groups + g] = s;
     }
-  });
+  }
+  const int8_t* q = xq.data();
+  if (isa == Int8ActIsa::kAvx512Vnni) {  // the spans in the VNNI kernel's order, d per lane
+    xp.resize(std::max<size_t>(xp.size(), m * ldq));
+    dv.resize(std::max<size_t>(dv.size(), m * spans * 16));
+    for (int64_t i = 0; i < m * ldq; i += kVnniSpan) {
+      for (int64_t t = 0; t < kVnniSpan; t += 16) {  // runs of 16 consecutive inputs
+        std::memcpy(xp.data() + i + t, xq.data() + i + VnniSpanSource(t), 16);
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t sp = 0; sp < spans; ++sp) {
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t blk = 2 * sp + l / 8;  // past the last block: 0 (its inputs are 0)
+          dv[(i * spans + sp) * 16 + l] = blk < blocks ? xd[i * blocks + blk] : 0.f;
+        }
+      }
+    }
+    q = xp.data();
+  }
+  const Int4ActRows x{q, ldq, xd.data(), blocks, xs.data(), groups, dv.data(), spans * 16};
+  const int64_t mb = ActRowBlock(m, ldq);
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t rows = std::min(mb, m - i0);
+    const Int4ActRows xb = x.Offset(i0);
+    float* cb = c + i0 * ldc;
+    ForRowRanges(rows, w, [&](int64_t j0, int64_t j1) {
+      switch (isa) {
+        case Int8ActIsa::kAvx512Vnni:
+          return Int4ActRowsRange<Int8ActIsa::kAvx512Vnni>(rows, xb, w, j0, j1, cb, ldc);
+        case Int8ActIsa::kAvx2:
+          return Int4ActRowsRange<Int8ActIsa::kAvx2>(rows, xb, w, j0, j1, cb, ldc);
+        default:
+          return Int4ActRowsRange<Int8ActIsa::kScalar>(rows, xb, w, j0, j1, cb, ldc);
+      }
+    });
+  }
 }
 
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
@@ -779,9 +1232,14 @@ void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix&
 
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc) {
-  if (m <= quant_internal::kMaxStreamRows && w.format == QuantFormat::kInt8PerChannel &&
-      GetQuantActivations() == QuantActivations::kInt8) {
+  const bool int8_weights = w.format == QuantFormat::kInt8PerChannel;
+  const bool int8_acts =
+      GetQuantActivations() == QuantActivations::kInt8 &&
+      m <= (int8_weights ? quant_internal::kMaxInt8ActRows : quant_internal::kMaxInt4ActRows);
+  if (int8_acts && int8_weights) {
     quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
+  } else if (int8_acts) {
+    quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a, lda, w, c, ldc);
   } else if (m <= quant_internal::kMaxStreamRows) {
     quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a, lda, w, c, ldc);
   } else {

@@ -65,14 +65,17 @@ void QuantizeInt4(int64_t n, int64_t k, int64_t groupsize, const void* w, DType 
 void Dequantize(const QuantMatrix& w, int64_t row0, int64_t rows, float* out, int64_t ldo);
 
 // C[m, n] = A[m, k] · dequant(W)ᵀ (C overwritten). A, C: f32 rows with strides lda, ldc.
-// For int8 weights and up to kMaxStreamRows rows of A, with QuantActivations::kInt8 (the
-// default), A is first quantized per block of kActBlock inputs to int8 (scale max|x| / 127,
-// round to nearest: llama.cpp's Q8_0 x Q8_0 dot) and the products summed in int32
-// (AVX-512 VNNI vpdpbusd; AVX2 vpmaddubsw; scalar) before one f32 scale per block.
+// Up to kMaxInt8ActRows / kMaxInt4ActRows rows of A, with QuantActivations::kInt8 (the
+// default), A is first
+// quantized per block of kActBlock inputs to int8 (scale max|x| / 127, round to nearest:
+// llama.cpp's Q8_0 x Q8_0 and Q4_0 x Q8_0 dots) and the products summed in int32 (AVX-512 VNNI
+// vpdpbusd; AVX2 vpmaddubsw; scalar) before one f32 scale per block (int8 weights) or per
+// block of 32 (int4: the nibbles 0..15 against the int8 activations, the zero point applied
+// once per group through Σ x).
 void QuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,
                  int64_t ldc);
 
-// How the int8 decode GEMV treats the activations: quantized to int8 per block (fast, the
+// How the int8 / int4 decode GEMV treats the activations: quantized to int8 per block (fast, the
 // default) or kept in f32 (the accuracy reference: the error is then the weights' alone).
 // Process-wide; the default comes from CCTUNE_QUANT_ACTIVATIONS=int8|f32 (read once).
 enum class QuantActivations { kInt8, kF32 };
@@ -94,8 +97,16 @@ enum class QuantIsa { kScalar, kAvx2, kAvx512 };
 const char* QuantIsaName(QuantIsa isa);
 // The streaming path the active ISA level (kernels/cpu/isa.h) selects.
 QuantIsa BestQuantIsa();
-// Up to this many rows of A the streaming kernel runs; above, the dequantized-panel GEMM.
+// Up to this many rows of A the f32-activation streaming kernel runs; above, the
+// dequantized-panel GEMM.
 inline constexpr int64_t kMaxStreamRows = 8;
+// Up to this many rows of A the int8-activation kernels run (QuantActivations::kInt8) for int4
+// and int8 weights; above, the panels. Measured (quant_gemv_bench, 2 threads, [8192, 2048],
+// noisy shared machine, in one process): int4 g32 at m = 16 / 64 / 128 / 512: 197 / 30 / 121 /
+// 187 GFLOP/s against the panels' 33 / 13 / 103 / 207 (m = 128 again: 54 against 32); int8
+// 252 / 33 / 112 / 192 against 111 / 20 / 142 / 232 (m = 128 again: 65 against 39).
+inline constexpr int64_t kMaxInt4ActRows = 128;
+inline constexpr int64_t kMaxInt8ActRows = 64;
 // The streaming kernel with `isa` forced (must be supported: CHECK), for any m.
 void StreamQuantGemmNT(QuantIsa isa, int64_t m, const float* a, int64_t lda, const QuantMatrix& w,
                        float* c, int64_t ldc);
@@ -104,6 +115,9 @@ enum class Int8ActIsa { kScalar, kAvx2, kAvx512Vnni };
 const char* Int8ActIsaName(Int8ActIsa isa);
 Int8ActIsa BestInt8ActIsa();
 void StreamInt8ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
+                         const QuantMatrix& w, float* c, int64_t ldc);
+// The int8-activation streaming kernel for int4 weights with `isa` forced (same paths).
+void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
                          const QuantMatrix& w, float* c, int64_t ldc);
 // The panel path for any m.
 void PanelQuantGemmNT(int64_t m, const float* a, int64_t lda, const QuantMatrix& w, float* c,

@@ -251,7 +251,10 @@ TEST_P(QuantGemmLevelTest, PanelAndDispatchMatchFp64) {
     for (const Case& c : kCases) CheckGemm(f, c, Path::kPanel, gen);
     for (const Case& c : big) {
       CheckGemm(f, c, Path::kPanel, gen);
+      // The public entry with f32 activations: the panels above kMaxStreamRows rows.
+      SetQuantActivations(QuantActivations::kF32);
       CheckGemm(f, c, Path::kPublic, gen);
+      SetQuantActivations(QuantActivations::kInt8);
     }
   }
 }
@@ -373,7 +376,8 @@ void CheckInt8Act(Int8ActIsa isa, const Case& c, Generator& gen) {
 
 TEST_P(QuantGemmLevelTest, Int8ActivationsMatchFp64OfTheQuantizedValues) {
   Generator gen(40 + static_cast<int>(GetParam()));
-  const Case more[] = {{1, 20, 64, 0}, {1, 20, 65, 0}, {2, 17, 129, 0}, {6, 33, 8192, 0}};
+  const Case more[] = {{1, 20, 64, 0},    {1, 20, 65, 0}, {2, 17, 129, 0}, {6, 33, 8192, 0},
+                       {70, 9, 8192, 0}};  // 70 rows of 8 KiB: three row blocks
   for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
     for (const Case& c : kCases) CheckInt8Act(isa, c, gen);
     for (const Case& c : more) CheckInt8Act(isa, c, gen);
@@ -391,8 +395,80 @@ TEST_P(QuantGemmLevelTest, Int8ActivationDispatchFollowsTheLevel) {
   }
 }
 
-// The public entry: int8 weights with up to 8 rows take the int8-activation path by default,
-// the f32-activation streaming path under QuantActivations::kF32.
+// Int4 weights with int8 activations: against fp64 sums of the stored int4 weights times the
+// same quantized activations (the kernel's result up to f32 rounding), and against the f32
+// activations within the activations' rounding, Σ |w| · d / 2. Ragged shapes: k not a multiple
+// of the group, the block of 32, the activation block of 64 or the VNNI kernel's span of 128;
+// groupsizes that are not multiples of 128 (a span holds blocks of several groups), rows that
+// end in a span of 1, 2 or 3 blocks.
+void CheckInt4Act(Int8ActIsa isa, const Case& c, Generator& gen) {
+  SCOPED_TRACE(absl::StrCat(quant_internal::Int8ActIsaName(isa), " ",
+                            CaseName(QuantFormat::kInt4Grouped, c)));
+  const Quantized q =
+      Quantize(QuantFormat::kInt4Grouped, c.n, c.k, c.groupsize, RandomMatrix(c.n, c.k, gen));
+  const int64_t lda = c.k + 5, ldc = c.n + 2;
+  std::vector<float> a(c.m * lda, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t t = 0; t < c.k; ++t) a[i * lda + t] = static_cast<float>(2.0 * gen.Uniform() - 1.0);
+  }
+  std::vector<float> out(c.m * ldc, std::numeric_limits<float>::quiet_NaN());
+  quant_internal::StreamInt4ActGemmNT(isa, c.m, a.data(), lda, q.view, out.data(), ldc);
+  const RefActs x = ReferenceActs(c.m, c.k, a, lda);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double want = 0, mag = 0, exact = 0, act_err = 0;
+      for (int64_t t = 0; t < c.k; ++t) {
+        const Element e = StoredElement(q, j, t);
+        const double xq = x.q[i * c.k + t] * x.d[i * x.blocks + t / kActBlock];
+        want += xq * e.value;
+        mag += std::fabs(xq) * e.magnitude;
+        exact += a[i * lda + t] * e.value;
+        act_err += 0.5 * x.d[i * x.blocks + t / kActBlock] * std::fabs(e.value);
+      }
+      // f32: a product and a sum per block of 32, a few per group, the lane sums.
+      const double tol = (c.k / 32 + 32) * kEps32 * mag + 1e-30;
+      ASSERT_NEAR(out[i * ldc + j], want, tol) << "row " << i << " col " << j;
+      ASSERT_NEAR(out[i * ldc + j], exact, act_err * (1 + 1e-5) + tol) << "row " << i << " col " << j;
+    }
+    for (int64_t j = c.n; j < ldc; ++j) EXPECT_TRUE(std::isnan(out[i * ldc + j])) << j;
+  }
+}
+
+TEST_P(QuantGemmLevelTest, Int4Int8ActivationsMatchFp64OfTheQuantizedValues) {
+  Generator gen(60 + static_cast<int>(GetParam()));
+  const Case more[] = {{1, 21, 64, 32},   {1, 20, 65, 64},    {2, 17, 129, 96},
+                       {3, 18, 300, 160}, {1, 33, 700, 224},  {4, 16, 2048, 256},
+                       {6, 33, 1376, 128}, {8, 40, 96, 64},   {5, 12, 3000, 32},
+                       {2, 19, 500, 192},  {1, 24, 4100, 64},  {3, 9, 390, 128},
+                       {70, 10, 8192, 256}};  // 70 rows of 8 KiB: three row blocks
+  for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
+    for (const Case& c : kCases) CheckInt4Act(isa, c, gen);
+    for (const Case& c : more) CheckInt4Act(isa, c, gen);
+  }
+}
+
+// Every path sums the same integers: they agree with each other far inside the bound above.
+TEST_P(QuantGemmLevelTest, Int4Int8ActivationPathsAgree) {
+  Generator gen(70);
+  for (int64_t groupsize : {32, 64, 96, 128, 192, 256}) {
+    const int64_t m = 3, n = 37, k = 1000;
+    const Quantized q =
+        Quantize(QuantFormat::kInt4Grouped, n, k, groupsize, RandomMatrix(n, k, gen));
+    const std::vector<float> a = RandomMatrix(m, k, gen);
+    std::vector<float> ref(m * n), got(m * n);
+    quant_internal::StreamInt4ActGemmNT(Int8ActIsa::kScalar, m, a.data(), k, q.view, ref.data(), n);
+    for (Int8ActIsa isa : Int8ActPathsUpTo(GetParam())) {
+      quant_internal::StreamInt4ActGemmNT(isa, m, a.data(), k, q.view, got.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::fabs(ref[i])))
+            << quant_internal::Int8ActIsaName(isa) << " groupsize " << groupsize << " " << i;
+      }
+    }
+  }
+}
+
+// The public entry: int8 and int4 weights with up to 8 rows take the int8-activation paths by
+// default, the f32-activation streaming path under QuantActivations::kF32.
 TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
   Generator gen(50);
   const int64_t m = 2, n = 48, k = 300;
@@ -410,6 +486,47 @@ TEST_P(QuantGemmLevelTest, QuantActivationsChoosesThePath) {
   quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q.view,
                                     want.data(), n);
   EXPECT_EQ(got, want);
+  // Int4 weights the same way.
+  const Quantized q4 =
+      Quantize(QuantFormat::kInt4Grouped, n, k, 64, RandomMatrix(n, k, gen));
+  QuantGemmNT(m, a.data(), k, q4.view, got.data(), n);
+  quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k, q4.view,
+                                      want.data(), n);
+  EXPECT_EQ(got, want);
+  SetQuantActivations(QuantActivations::kF32);
+  QuantGemmNT(m, a.data(), k, q4.view, got.data(), n);
+  SetQuantActivations(QuantActivations::kInt8);
+  quant_internal::StreamQuantGemmNT(quant_internal::BestQuantIsa(), m, a.data(), k, q4.view,
+                                    want.data(), n);
+  EXPECT_EQ(got, want);
+}
+
+// With int8 activations the public entry takes the int8-activation kernels up to
+// kMaxInt8ActRows / kMaxInt4ActRows rows of A (decode and short prefills), the panels above.
+TEST_P(QuantGemmLevelTest, Int8ActivationKernelsServeUpToTheirRowLimit) {
+  Generator gen(80);
+  const int64_t n = 40, k = 200;
+  for (QuantFormat f : {QuantFormat::kInt8PerChannel, QuantFormat::kInt4Grouped}) {
+    const int64_t lim = f == QuantFormat::kInt8PerChannel ? quant_internal::kMaxInt8ActRows
+                                                          : quant_internal::kMaxInt4ActRows;
+    const Quantized q = Quantize(f, n, k, 64, RandomMatrix(n, k, gen));
+    for (int64_t m : {int64_t{9}, int64_t{33}, lim, lim + 1}) {
+      SCOPED_TRACE(absl::StrCat(CaseName(f, {m, n, k, 64})));
+      const std::vector<float> a = RandomMatrix(m, k, gen);
+      std::vector<float> got(m * n), want(m * n);
+      QuantGemmNT(m, a.data(), k, q.view, got.data(), n);
+      if (m > lim) {
+        quant_internal::PanelQuantGemmNT(m, a.data(), k, q.view, want.data(), n);
+      } else if (f == QuantFormat::kInt8PerChannel) {
+        quant_internal::StreamInt8ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k,
+                                            q.view, want.data(), n);
+      } else {
+        quant_internal::StreamInt4ActGemmNT(quant_internal::BestInt8ActIsa(), m, a.data(), k,
+                                            q.view, want.data(), n);
+      }
+      EXPECT_EQ(got, want);
+    }
+  }
 }
 
 CCTUNE_INSTANTIATE_ISA_LEVELS(QuantGemmLevelTest);
