@@ -14,8 +14,8 @@
 // blocks go through a scratch tile. Threads split n in 32-column units, or m when n is narrow
 // (same policy as PackedSgemm: one thread inside a parallel region).
 //
-// Error: each operand element carries a relative rounding of <= 2^-9 (bf16's, none for bf16
-// inputs), then the products are exact and summed in f32: |C - C_exact(bf16 inputs)| <=
+// Error: each f32 operand element carries a relative rounding of <= 2^-8 (bf16's unit
+// roundoff; none for bf16 inputs), then the products are exact and summed in f32: |C - C_exact(bf16 inputs)| <=
 // ~k·2^-24·sum_k |a·b| (k-block partial sums round through C). Denormal bf16 inputs are read
 // as zero and denormal results flushed (tdpbf16ps ignores MXCSR).
 #ifndef CCTUNE_KERNELS_CPU_GEMM_AMX_GEMM_H_
