@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/simd_targets.h"
 
 namespace cctune::bench {
 namespace {
@@ -80,6 +81,48 @@ __attribute__((target("avx512f,avx512bf16"))) float DpbfChainsZmm(int64_t iters)
   CCTUNE_PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_dpbf16_ps, _mm512_reduce_add_ps, __m512bh,
                      (__m512bh)_mm512_set1_epi32(0x3f803f80),
                      (__m512bh)_mm512_set1_epi32(0x3a833a83));
+}
+
+CCTUNE_TARGET_AMX float AmxTileChains(int64_t iters) {
+  struct alignas(64) {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg = {};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t ab[16 * 32];
+  for (uint16_t& x : ab) x = 0x3a83;  // bf16 ~0.001: the sums stay finite
+  alignas(64) float c[16 * 16];
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t i = 0; i < iters / 4; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float sum = 0;
+  _tile_stored(0, c, 64);
+  sum += c[0];
+  _tile_stored(1, c, 64);
+  sum += c[1];
+  _tile_stored(2, c, 64);
+  sum += c[2];
+  _tile_stored(3, c, 64);
+  sum += c[3];
+  _tile_release();
+  return sum;
 }
 
 namespace {

@@ -33,6 +33,10 @@ float FmaChainsZmm(int64_t iters);
 float FmaChainsYmm(int64_t iters);
 float FmaChainsScalar(int64_t iters);
 float DpbfChainsZmm(int64_t iters);
+// AMX (call only where cpu::AmxSupported()): four independent 16 x 16 f32 C tiles, each
+// += A tile · B tile by tdpbf16ps (16 x 16 x 32 multiply-adds, 16384 flops), iters
+// instructions in all (the tiles configured and released inside, on the calling thread).
+float AmxTileChains(int64_t iters);
 
 // Measures once per process (about 0.3 s) for `threads` threads at the active ISA level
 // (kernels/cpu/isa.h: avx512 -> zmm, avx2 -> ymm, scalar -> scalar FMA).

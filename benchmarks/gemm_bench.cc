@@ -210,7 +210,7 @@ double MeasurePeak(float (*fn)(int64_t), double flops_per_iter) {
 }
 
 struct ComputePeak {
-  double fma512 = 0, fma256 = 0, dpbf16 = 0;  // GFLOP/s, all threads
+  double fma512 = 0, fma256 = 0, dpbf16 = 0, amx = 0;  // GFLOP/s, all threads
 };
 
 const ComputePeak& MeasuredComputePeak() {
@@ -221,10 +221,11 @@ const ComputePeak& MeasuredComputePeak() {
     if (cpu::IsaSupported(cpu::IsaLevel::kAvx512Bf16)) {
       p.dpbf16 = MeasurePeak(bench::DpbfChainsZmm, 12 * 16 * 4);
     }
+    if (cpu::AmxSupported()) p.amx = MeasurePeak(bench::AmxTileChains, 16 * 16 * 32 * 2);
     std::printf(
         "measured compute peak (%d threads, GFLOP/s): f32 FMA zmm %.1f, f32 FMA ymm %.1f, "
-        "vdpbf16ps %.1f\n",
-        omp_get_max_threads(), p.fma512, p.fma256, p.dpbf16);
+        "vdpbf16ps %.1f, AMX tdpbf16ps %.1f\n",
+        omp_get_max_threads(), p.fma512, p.fma256, p.dpbf16, p.amx);
     return p;
   }();
   return peak;
@@ -233,7 +234,10 @@ const ComputePeak& MeasuredComputePeak() {
 void BM_Peak(benchmark::State& state, int which) {
   const ComputePeak& p = MeasuredComputePeak();
   for (auto _ : state) benchmark::DoNotOptimize(p.fma512);
-  state.counters["GFLOP/s"] = which == 0 ? p.fma512 : which == 1 ? p.fma256 : p.dpbf16;
+  state.counters["GFLOP/s"] = which == 0   ? p.fma512
+                              : which == 1 ? p.fma256
+                              : which == 2 ? p.dpbf16
+                                           : p.amx;
 }
 
 // The peak a path is measured against: its own instruction's (vdpbf16ps for the bf16 dot
@@ -241,6 +245,7 @@ void BM_Peak(benchmark::State& state, int which) {
 double PeakFor(GemmIsa isa) {
   const ComputePeak& p = MeasuredComputePeak();
   if (isa == GemmIsa::kPackedBf16 || isa == GemmIsa::kAvx512Bf16) return p.dpbf16;
+  if (isa == GemmIsa::kAmx) return p.amx;
   return cpu::IsaSupported(cpu::IsaLevel::kAvx512) ? p.fma512 : p.fma256;
 }
 
@@ -295,7 +300,9 @@ const bool kRegistered = [] {
   // Small m: streaming kernel vs OpenBLAS route vs packed GEMM, 2048x2048 weights from DRAM
   // (the crossover behind kMaxStreamRows*).
   for (DType t : {DType::kBF16, DType::kF32}) {
-    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas, GemmIsa::kPacked}) {
+    for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas, GemmIsa::kPacked,
+                        GemmIsa::kAmx}) {
+      if (isa == GemmIsa::kAmx && t != DType::kBF16) continue;
       for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
         benchmark::RegisterBenchmark(
             absl::StrCat("SmallM/", DTypeName(t), "_", GemmIsaName(isa), "/m:", m).c_str(),
@@ -333,6 +340,7 @@ const bool kRegistered = [] {
   benchmark::RegisterBenchmark("Peak/f32_fma_zmm", BM_Peak, 0)->Iterations(1);
   benchmark::RegisterBenchmark("Peak/f32_fma_ymm", BM_Peak, 1)->Iterations(1);
   benchmark::RegisterBenchmark("Peak/vdpbf16ps", BM_Peak, 2)->Iterations(1);
+  benchmark::RegisterBenchmark("Peak/amx_tdpbf16ps", BM_Peak, 3)->Iterations(1);
   // Prefill of the 1.1B model (dim 2048, 32/8 heads, ffn 8192, vocab 32000): q/o, k/v,
   // gate/up, down, LM head; bf16 weights.
   const std::vector<std::pair<int64_t, int64_t>> prefill = {
@@ -340,7 +348,7 @@ const bool kRegistered = [] {
   for (int64_t m : {128, 512}) {
     for (auto [n, k] : prefill) {
       for (GemmIsa isa : {GemmIsa::kAuto, GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas,
-                          GemmIsa::kPacked, GemmIsa::kPackedBf16}) {
+                          GemmIsa::kPacked, GemmIsa::kPackedBf16, GemmIsa::kAmx}) {
         benchmark::RegisterBenchmark(
             absl::StrCat("Prefill/bf16_", GemmIsaName(isa), "/m:", m, "/", n, "x", k).c_str(),
             BM_Prefill, isa, m, n, k)

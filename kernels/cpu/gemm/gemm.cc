@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/gemm/amx_gemm.h"
 #include "kernels/cpu/gemm/packed_gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_targets.h"
@@ -35,6 +38,10 @@ namespace {
 constexpr int64_t kMaxStreamRowsF32 = 128;
 constexpr int64_t kMaxStreamRows16 = 256;
 constexpr int64_t kMaxStreamABytes = 8 << 20;
+// From this many rows of A, bf16-weight GemmNT takes the AMX GEMM when it may (AmxRouteEnabled).
+// Measured (gemm_bench SmallM bf16_amx vs bf16_avx512, 2048x2048, loaded 2-core Sapphire
+// Rapids): see benchmarks/README.md.
+constexpr int64_t kAmxMinRows = 16;
 // Below this many multiply-adds a call runs on one thread (fork/join would dominate).
 constexpr int64_t kMinParallelMacs = 1 << 15;
 // Size of the f32 panel (per thread) a 16-bit B is converted into before OpenBLAS multiplies
@@ -926,6 +933,8 @@ const char* GemmIsaName(GemmIsa isa) {
       return "packed";
     case GemmIsa::kPackedBf16:
       return "packed_bf16";
+    case GemmIsa::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -939,9 +948,21 @@ bool GemmIsaSupported(GemmIsa isa) {
     case GemmIsa::kAvx512Bf16:
     case GemmIsa::kPackedBf16:
       return CpuHasAvx512Bf16();
+    case GemmIsa::kAmx:
+      return AmxBf16Available();
     default:
       return true;
   }
+}
+
+int64_t AmxMinRows() { return kAmxMinRows; }
+
+bool AmxRouteEnabled() {
+  static const bool exact_a = [] {
+    const char* env = std::getenv("CCTUNE_GEMM_EXACT_A");
+    return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+  }();
+  return !exact_a && AmxBf16Available();
 }
 
 GemmIsa BestGemmIsa() {
@@ -966,7 +987,14 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
     return;
   }
   const NtArgs p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
-  if (isa == GemmIsa::kAuto) {
+  if (isa == GemmIsa::kAuto && b_dtype == DType::kBF16 && m >= kAmxMinRows && AmxRouteEnabled()) {
+    isa = GemmIsa::kAmx;
+  }
+  if (isa == GemmIsa::kAmx && b_dtype == DType::kF16) isa = GemmIsa::kPacked;
+  if (isa == GemmIsa::kAmx) {
+    AmxGemm(false, true, m, n, k, a, DType::kF32, std::max<int64_t>(lda, k), b, b_dtype,
+            std::max<int64_t>(ldb, k), c, std::max<int64_t>(ldc, n), beta);
+  } else if (isa == GemmIsa::kAuto) {
     const int64_t max_stream = b_dtype == DType::kF32 ? kMaxStreamRowsF32 : kMaxStreamRows16;
     if (m > max_stream || m * k * 4 > kMaxStreamABytes) {
       // Measured (gemm_bench SmallM / Prefill, 2026-12-02, loaded 2-core Xeon VM): the packed

@@ -14,9 +14,15 @@
 // GEMMs dY·W and dYᵀ·X) and SetLargeGemmRoute switches every large GEMM to it, but on the
 // training shapes measured it was behind OpenBLAS (benchmarks/README.md, train_bench).
 //
-// kAuto never rounds A to bf16. On the AVX-512 BF16 Xeon measured, vdpbf16ps also issues at
-// half the rate of f32 FMA (32 vs 64 flops / cycle / core, benchmarks/README.md), so the
-// bf16 dot paths (kAvx512Bf16, kPackedBf16) are neither exact in A nor faster: opt-in only.
+// bf16 weights at m >= AmxMinRows() (prefill) on a CPU with AMX (amx_gemm.h) take the AMX tile
+// GEMM, which rounds A (the activations) to bf16 as well: what PyTorch/torchtune do for bf16
+// matmuls, and llama.cpp for bf16 weights. Error |C - A·Bᵀ| <= ~2^-8 · sum_k |a·b| (A's
+// rounding, relative <= 2^-8 per element, plus the f32 sums): the order of the error already made
+// by storing B in bf16. CCTUNE_GEMM_EXACT_A=1 keeps A exact in f32 (the routes below). Decode
+// (m = 1) and small m stay on the streaming kernel. Otherwise kAuto never rounds A to bf16: on
+// the AVX-512 BF16 Xeon measured, vdpbf16ps issues at half the rate of f32 FMA (32 vs 64
+// flops / cycle / core, benchmarks/README.md), so the vector bf16 dot paths (kAvx512Bf16,
+// kPackedBf16) are neither exact in A nor faster: opt-in only.
 //
 // Threading: the streaming kernel runs on the persistent ThreadPool::Default()
 // (kernels/cpu/thread_pool.h: one fork/join per call, no OpenMP barrier); the OpenBLAS route
@@ -68,6 +74,11 @@ enum class GemmIsa {
   // The packed GEMM's vdpbf16ps kernel (bf16 B only; other dtypes fall back to kPacked): A
   // rounded to bf16 as for kAvx512Bf16. Needs AVX512_BF16.
   kPackedBf16,
+  // The AMX tile GEMM (amx_gemm.h): A and B rounded to bf16 while packing, tdpbf16ps, f32
+  // sums (error as kAvx512Bf16). f32 or bf16 B (f16 falls back to kPacked). Needs
+  // AmxBf16Available(). kAuto's choice for bf16 B at
+  // m >= AmxMinRows() (see GemmNT).
+  kAmx,
 };
 
 const char* GemmIsaName(GemmIsa isa);
@@ -76,6 +87,12 @@ const char* GemmIsaName(GemmIsa isa);
 bool GemmIsaSupported(GemmIsa isa);
 // The path kAuto resolves to for the streaming kernel now (kAvx512, kAvx2 or kScalar).
 GemmIsa BestGemmIsa();
+
+// The fewest rows of A at which kAuto sends a bf16-weight GemmNT to the AMX GEMM.
+int64_t AmxMinRows();
+// Whether kAuto may take the AMX route for bf16 B now: AmxBf16Available() and
+// CCTUNE_GEMM_EXACT_A unset (or "0"); with CCTUNE_GEMM_EXACT_A=1 every path keeps A in f32.
+bool AmxRouteEnabled();
 
 // GemmNT with the path forced. Aborts if `isa` is not supported here.
 void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

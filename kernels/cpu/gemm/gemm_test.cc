@@ -1,4 +1,5 @@
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/gemm/amx_gemm.h"
 
 #include <cmath>
 #include <cstdint>
@@ -31,6 +32,29 @@ IsaLevel LevelOf(GemmIsa isa) {
       return IsaLevel::kAvx512Bf16;
     default:
       return IsaLevel::kScalar;
+  }
+}
+
+// The relative error bound (times sum |a·b|) GemmNTWithIsa(isa) adds by rounding to bf16: the bf16 dot paths
+// with bf16 B, the AMX GEMM (f32 or bf16 B; f16 falls back to kPacked), and kAuto where it
+// takes the AMX route (the products exact, the sums in f32: on top of the f32 term).
+// bf16's unit roundoff is 2^-8 (8 significant bits), per rounded operand; with both A and B
+// rounded (AMX, f32 B) the bound is (1 + 2^-8)^2 - 1 < 2^-7 + 2^-16.
+double RoundingBound(GemmIsa isa, DType dtype, int64_t m) {
+  constexpr double kOne = 1.0 / 256, kBoth = 1.0 / 128 + 1.0 / 65536;
+  switch (isa) {
+    case GemmIsa::kAvx512Bf16:
+    case GemmIsa::kPackedBf16:
+      return dtype == DType::kBF16 ? kOne : 0.0;
+    case GemmIsa::kAmx:
+      return dtype == DType::kBF16 ? kOne : dtype == DType::kF32 ? kBoth : 0.0;
+    case GemmIsa::kAuto:
+      return dtype == DType::kBF16 && m >= gemm_internal::AmxMinRows() &&
+                     gemm_internal::AmxRouteEnabled()
+                 ? kOne
+                 : 0.0;
+    default:
+      return 0.0;
   }
 }
 
@@ -100,10 +124,8 @@ class GemmNTTest : public ::testing::TestWithParam<std::tuple<GemmIsa, DType>> {
 TEST_P(GemmNTTest, MatchesFp64Reference) {
   const auto [isa, dtype] = GetParam();
   CCTUNE_SKIP_UNLESS_ISA(LevelOf(isa));
+  if (isa == GemmIsa::kAmx && !AmxBf16Available()) GTEST_SKIP() << "no AMX-BF16 here";
   ASSERT_TRUE(gemm_internal::GemmIsaSupported(isa));
-  // The bf16-dot path rounds A to bf16 (relative error <= 2^-8 per element).
-  const bool rounds_a =
-      (isa == GemmIsa::kAvx512Bf16 || isa == GemmIsa::kPackedBf16) && dtype == DType::kBF16;
   Generator gen(1234);
   int cases = 0;
   for (int64_t m : {1, 2, 3, 7, 64}) {
@@ -133,7 +155,8 @@ TEST_P(GemmNTTest, MatchesFp64Reference) {
           }
           gemm_internal::GemmNTWithIsa(isa, m, n, k, a.f32(), a.ld, b.data(), dtype, b.ld, c.f32(),
                                        c.ld, beta);
-          const double tol = kEps32 * (k / 4.0 + 8.0) + (rounds_a ? 1.0 / 256 : 0.0);
+          const double tol =
+              kEps32 * (k / 4.0 + 8.0) + RoundingBound(isa, dtype, m);
           ExpectNear(c, ref, scale, tol,
                      absl::StrCat(gemm_internal::GemmIsaName(isa), " ", DTypeName(dtype), " m=", m,
                                   " n=", n, " k=", k, " beta=", beta, " pad=", pad));
@@ -150,7 +173,8 @@ INSTANTIATE_TEST_SUITE_P(
     AllPaths, GemmNTTest,
     ::testing::Combine(::testing::Values(GemmIsa::kAuto, GemmIsa::kScalar, GemmIsa::kAvx2,
                                          GemmIsa::kAvx512, GemmIsa::kAvx512Bf16, GemmIsa::kBlas,
-                                         GemmIsa::kPacked, GemmIsa::kPackedBf16),
+                                         GemmIsa::kPacked, GemmIsa::kPackedBf16,
+                                         GemmIsa::kAmx),
                        ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
     [](const ::testing::TestParamInfo<std::tuple<GemmIsa, DType>>& info) {
       return absl::StrCat(gemm_internal::GemmIsaName(std::get<0>(info.param)), "_",
@@ -178,7 +202,8 @@ void CheckShape(GemmIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, uint6
   }
   gemm_internal::GemmNTWithIsa(isa, m, n, k, a.f32(), a.ld, b.data(), dtype, b.ld, c.f32(), c.ld,
                                1.f);
-  ExpectNear(c, ref, scale, kEps32 * (k / 4.0 + 8.0),
+  ExpectNear(c, ref, scale,
+             kEps32 * (k / 4.0 + 8.0) + RoundingBound(isa, dtype, m),
              absl::StrCat(gemm_internal::GemmIsaName(isa), " ", DTypeName(dtype), " m=", m,
                           " n=", n, " k=", k));
 }
