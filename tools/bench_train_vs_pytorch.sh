@@ -4,7 +4,10 @@
 # both, cctune's step profile, the peak RSS of both processes and the ratio. With rounds > 1
 # the two alternate (cctune, PyTorch, cctune, ...) so that both see the same machine load,
 # and each round's ratio is printed. Run from the workspace root:
-#   tools/bench_train_vs_pytorch.sh [steps] [threads] [rounds]
+#   tools/bench_train_vs_pytorch.sh [steps] [threads] [rounds] [f32|bf16] [15m|demo]
+# bf16: cctune keeps bf16 weights with f32 gradients and AdamW masters; PyTorch casts the
+# model to bf16 as torchtune's `dtype: bf16` does (BF16_MODE=autocast: f32 parameters and
+# torch.autocast bf16 instead; see tools/golden/bench_train_pytorch.py).
 # Env: BAZEL_OUTPUT_BASE (bazel --output_base, optional), PYTHON (default python3),
 # CCTUNE_CPU_ISA (e.g. avx2: cctune's kernels at that level; OpenBLAS is then pointed at its
 # Haswell kernels with OPENBLAS_CORETYPE unless that is set, so the whole step runs AVX2 as on
@@ -13,6 +16,8 @@ set -euo pipefail
 steps="${1:-5}"
 threads="${2:-$(nproc)}"
 rounds="${3:-1}"
+dtype="${4:-f32}"
+model="${5:-15m}"
 bazel_cmd=(bazel)
 if [[ -n "${BAZEL_OUTPUT_BASE:-}" ]]; then bazel_cmd+=("--output_base=${BAZEL_OUTPUT_BASE}"); fi
 "${bazel_cmd[@]}" build -c opt //benchmarks:train_bench >&2
@@ -20,7 +25,8 @@ bin="$("${bazel_cmd[@]}" info -c opt bazel-bin 2>/dev/null)/benchmarks/train_ben
 if [[ "${CCTUNE_CPU_ISA:-}" == "avx2" && -z "${OPENBLAS_CORETYPE:-}" ]]; then
   export OPENBLAS_CORETYPE=Haswell
 fi
-args=(--steps "${steps}" --warmup 1 --threads "${threads}")
+args=(--steps "${steps}" --warmup 1 --threads "${threads}" --model "${model}" --dtype "${dtype}")
+echo "uptime before: $(uptime)"
 py="${PYTHON:-python3}"
 have_torch=1
 if ! "${py}" -c 'import torch, torchtune' 2>/dev/null; then
@@ -35,7 +41,8 @@ for ((round = 1; round <= rounds; ++round)); do
   py_out=""
   if ((have_torch)); then
     echo "== round ${round}: PyTorch eager =="
-    py_out="$("${py}" tools/golden/bench_train_pytorch.py "${args[@]}" 2>/dev/null)"
+    py_out="$("${py}" tools/golden/bench_train_pytorch.py "${args[@]}" \
+      --bf16_mode "${BF16_MODE:-params}" 2>/dev/null)"
     echo "${py_out}"
   fi
   printf '%-16s %12s %10s %14s\n' "" "tokens/s" "GFLOP/s" "peak RSS MiB"
@@ -47,4 +54,5 @@ for ((round = 1; round <= rounds; ++round)); do
     awk -v a="$(field "${cc_out}" tokens_per_s)" -v b="$(field "${py_out}" tokens_per_s)" \
       -v r="${round}" 'BEGIN { printf "round %d ratio cctune / pytorch: %.2fx\n", r, a / b }'
   fi
+  echo "uptime after round ${round}: $(uptime)"
 done
