@@ -22,10 +22,12 @@ constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their ow
 // demo model's 16) were slower through the GEMM calls (same-run A/B).
 constexpr int64_t kMinGemmRows = 8;
 constexpr int64_t kMinGemmHeadDim = 32;
-// Such tiles of heads whose length is whole 16-float vectors compute QKᵀ and PV in registers
-// instead (ScoreRows / AddWeightedRows below, against a transposed copy of K made once per
-// call): the tiles' GEMMs (30 x 64 x 64 at the 15.7M model's training shape) were small enough
-// for the GEMM library's per-call cost to dominate. At most this many floats of transposed K.
+// Such tiles of heads that are whole 16-float vectors compute QKᵀ and PV in registers instead
+// (ScoreRows / AddWeightedRows below, against a transposed copy of K made once per call): the
+// tiles' GEMMs (30 x 64 x 64 at the 15.7M model's training shape) were small enough for the
+// GEMM library's per-call cost to dominate. (The demo model's 16-long heads were ~15% slower
+// this way than as dot products, 1-thread A/B, so they keep those.) At most this many floats
+// of transposed K.
 constexpr int64_t kMaxTransposedKeys = int64_t{1} << 24;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -65,36 +67,52 @@ inline V16 LoadV(const float* p) {
 }
 inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
-// s[r][0, kBlockKeys) = q_r · k_j for NR rows of q (hd floats each, row stride hd) against a
-// block of transposed keys kt[e][j] (row stride ldk, kBlockKeys readable keys per row): each
-// sum over e in order, one multiply-add at a time.
-template <int NR>
+// s[r][0, 16·KC) = q_r · k_j for NR rows of q (hd floats each, row stride hd) against a
+// block of transposed keys kt[e][j] (row stride ldk, 16·KC readable keys per row): each sum
+// over e in order, one multiply-add at a time.
+template <int NR, int KC>
 void ScoreRowsN(const float* q, int64_t hd, const float* kt, int64_t ldk, float* s) {
-  constexpr int kC = kBlockKeys / kLanes;
-  V16 acc[NR][kC] = {};
+  V16 acc[NR][KC] = {};
   for (int64_t e = 0; e < hd; ++e) {
-    V16 kv[kC];
-    for (int c = 0; c < kC; ++c) kv[c] = LoadV(kt + e * ldk + c * kLanes);
+    V16 kv[KC];
+    for (int c = 0; c < KC; ++c) kv[c] = LoadV(kt + e * ldk + c * kLanes);
     for (int r = 0; r < NR; ++r) {
       const float qv = q[r * hd + e];
-      for (int c = 0; c < kC; ++c) acc[r][c] += qv * kv[c];
+      for (int c = 0; c < KC; ++c) acc[r][c] += qv * kv[c];
     }
   }
   for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < kC; ++c) StoreV(s + r * kBlockKeys + c * kLanes, acc[r][c]);
+    for (int c = 0; c < KC; ++c) StoreV(s + r * kBlockKeys + c * kLanes, acc[r][c]);
   }
 }
-void ScoreRows(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk, float* s) {
+template <int KC>
+void ScoreRowsK(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
+                float* s) {
 #if defined(__AVX512F__)
-  constexpr int kRows = 4;  // 16 accumulators of 32 registers
+  constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
 #else
-  constexpr int kRows = 2;  // 8 accumulators, 16 of the 16 AVX registers
+  constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
 #endif
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows) {
-    ScoreRowsN<kRows>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+    ScoreRowsN<kRows, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
   }
-  for (; r < rows; ++r) ScoreRowsN<1>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+  for (; r < rows; ++r) ScoreRowsN<1, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+}
+// Scores of `rows` rows against the block's first nk keys (the next whole vector's worth).
+void ScoreRows(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk, int64_t nk,
+               float* s) {
+  static_assert(kBlockKeys == 4 * kLanes, "ScoreRows dispatches 1 to 4 vectors of keys");
+  switch ((nk + kLanes - 1) / kLanes) {
+    case 1:
+      return ScoreRowsK<1>(q, rows, hd, kt, ldk, s);
+    case 2:
+      return ScoreRowsK<2>(q, rows, hd, kt, ldk, s);
+    case 3:
+      return ScoreRowsK<3>(q, rows, hd, kt, ldk, s);
+    default:
+      return ScoreRowsK<4>(q, rows, hd, kt, ldk, s);
+  }
 }
 
 // acc[r][0, 16·NC) += sum_{j < nk} p[r][j] · v_j[0, 16·NC) for NR rows (p's row stride
@@ -239,10 +257,12 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     // Scores S[r, j] = (scale q_r) . k_j: in registers against the transposed K, or one GEMM
     // for the tile when it has enough rows (kernels/cpu/gemm; inside this OpenMP region it
     // runs on this thread), else dot products.
-    const bool gemm = rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units;
-    const bool regs = gemm && a.kt_all != nullptr;
+    const bool regs = rows >= kMinGemmRows && a.kt_all != nullptr;
+    const bool gemm =
+        regs || (rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units);
     if (regs) {
-      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb, a.kt_ld, s);
+      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb, a.kt_ld, nk,
+                s);
     } else {
       BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
       if (gemm && RowsLd(kp, nk, hd) >= hd) {
@@ -296,16 +316,19 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
       }
       any = true;
       const float m_new = std::max(sc.m[r], bm);
-      const float corr = FastExp(sc.m[r] - m_new);
+      // A row's first allowed block has nothing to correct (l and acc are 0): no scalar exp,
+      // whose latency showed in short rows (the same values either way).
+      const bool first = sc.m[r] == kNegInf;
+      const float corr = first ? 0.f : FastExp(sc.m[r] - m_new);
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < nk; ++j) {
         sr[j] = FastExp(sr[j] - m_new);
         sum += sr[j];
       }
-      sc.l[r] = sc.l[r] * corr + sum;
+      sc.l[r] = first ? sum : sc.l[r] * corr + sum;
       sc.m[r] = m_new;
-      if (corr != 1.f) {
+      if (!first && corr != 1.f) {
         float* ar = acc + r * hd;
         for (int64_t d = 0; d < hd; ++d) ar[d] *= corr;
       }
