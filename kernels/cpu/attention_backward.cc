@@ -256,10 +256,9 @@ struct TileScratch {
       std::copy(gr, gr + hd, g.data() + t * hdp);
     }
   }
-  // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
-  void Grads(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0,
-             int64_t nk, const float* row_lse, const float* row_d) {
-    constexpr int kC = kMaxKeyBlock / kLanes;
+  // Scores and dy·v of the loaded rows against the first 16·KC loaded keys, into p and ds.
+  template <int KC>
+  void ScoresAndDyV(int64_t rows) {
     for (int64_t t = 0; t < rows; t += 2) {
       // Two rows at a time (the second repeats the first when rows is odd): their scores
       // and dy·v against every key of the block, in registers.
@@ -268,12 +267,12 @@ struct TileScratch {
       const float* q1 = qs.data() + t1 * hdp;
       const float* g0 = g.data() + t * hdp;
       const float* g1 = g.data() + t1 * hdp;
-      V16 s0[kC] = {}, s1[kC] = {}, d0[kC] = {}, d1[kC] = {};
+      V16 s0[KC] = {}, s1[KC] = {}, d0[KC] = {}, d1[KC] = {};
       for (int64_t e = 0; e < hd; ++e) {
         const float* ke = kt.data() + e * kMaxKeyBlock;
         const float* ve = vt.data() + e * kMaxKeyBlock;
         const float a0 = q0[e], a1 = q1[e], b0 = g0[e], b1 = g1[e];
-        for (int c = 0; c < kC; ++c) {
+        for (int c = 0; c < KC; ++c) {
           const V16 kv = LoadV(ke + c * kLanes);
           const V16 vv = LoadV(ve + c * kLanes);
           s0[c] += a0 * kv;
@@ -282,7 +281,7 @@ struct TileScratch {
           d1[c] += b1 * vv;
         }
       }
-      for (int c = 0; c < kC; ++c) {
+      for (int c = 0; c < KC; ++c) {
         StoreV(p.data() + t * kMaxKeyBlock + c * kLanes, s0[c]);
         StoreV(ds.data() + t * kMaxKeyBlock + c * kLanes, d0[c]);
         if (t1 != t) {
@@ -290,6 +289,28 @@ struct TileScratch {
           StoreV(ds.data() + t1 * kMaxKeyBlock + c * kLanes, d1[c]);
         }
       }
+    }
+  }
+  // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
+  void Grads(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+             int64_t nk, const float* row_lse, const float* row_d) {
+    // Only the vectors that hold keys (a short sequence's block is one or two); each column's
+    // sums are the same however many are computed. Columns past them are zeroed below.
+    const int64_t kc = (nk + kLanes - 1) / kLanes;
+    static_assert(kMaxKeyBlock == 4 * kLanes, "Grads dispatches 1 to 4 vectors of keys");
+    switch (kc) {
+      case 1:
+        ScoresAndDyV<1>(rows);
+        break;
+      case 2:
+        ScoresAndDyV<2>(rows);
+        break;
+      case 3:
+        ScoresAndDyV<3>(rows);
+        break;
+      default:
+        ScoresAndDyV<4>(rows);
+        break;
     }
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t i = i0 + t, row = (bi * pr.n_h + h) * pr.s_q + i;
@@ -308,8 +329,9 @@ struct TileScratch {
           if (!mrow[(j0 + j) * pr.ms2]) pt[j] = kNegInf;
         }
       }
+      const int64_t kw = kc * kLanes;  // the computed columns
 #pragma omp simd
-      for (int64_t j = 0; j < kMaxKeyBlock; ++j) {
+      for (int64_t j = 0; j < kw; ++j) {
         const float pj = FastExp(pt[j] - l);
         pt[j] = pj;
         dst[j] = pj * (dst[j] - d);
