@@ -10,8 +10,9 @@
 # torch.autocast bf16 instead; see tools/golden/bench_train_pytorch.py).
 # Env: BAZEL_OUTPUT_BASE (bazel --output_base, optional), PYTHON (default python3),
 # CCTUNE_CPU_ISA (e.g. avx2: cctune's kernels at that level; OpenBLAS is then pointed at its
-# Haswell kernels with OPENBLAS_CORETYPE unless that is set, so the whole step runs AVX2 as on
-# an AVX2-only machine).
+# Haswell kernels with OPENBLAS_CORETYPE, and PyTorch at AVX2 with ATEN_CPU_CAPABILITY=avx2,
+# ONEDNN_MAX_CPU_ISA=AVX2 and MKL_ENABLE_INSTRUCTIONS=AVX2, each unless set, so both whole
+# steps run AVX2 as on an AVX2-only machine; PyTorch's line prints its capability).
 set -euo pipefail
 steps="${1:-5}"
 threads="${2:-$(nproc)}"
@@ -22,8 +23,13 @@ bazel_cmd=(bazel)
 if [[ -n "${BAZEL_OUTPUT_BASE:-}" ]]; then bazel_cmd+=("--output_base=${BAZEL_OUTPUT_BASE}"); fi
 "${bazel_cmd[@]}" build -c opt //benchmarks:train_bench >&2
 bin="$("${bazel_cmd[@]}" info -c opt bazel-bin 2>/dev/null)/benchmarks/train_bench"
-if [[ "${CCTUNE_CPU_ISA:-}" == "avx2" && -z "${OPENBLAS_CORETYPE:-}" ]]; then
-  export OPENBLAS_CORETYPE=Haswell
+if [[ "${CCTUNE_CPU_ISA:-}" == "avx2" ]]; then
+  # The AVX2-only case on an AVX-512 machine, for both sides (each unless already set):
+  # OpenBLAS's Haswell kernels; PyTorch's ATen kernels, oneDNN and MKL at AVX2.
+  export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+  export ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}"
+  export ONEDNN_MAX_CPU_ISA="${ONEDNN_MAX_CPU_ISA:-AVX2}"
+  export MKL_ENABLE_INSTRUCTIONS="${MKL_ENABLE_INSTRUCTIONS:-AVX2}"
 fi
 args=(--steps "${steps}" --warmup 1 --threads "${threads}" --model "${model}" --dtype "${dtype}")
 echo "uptime before: $(uptime)"
