@@ -256,39 +256,40 @@ struct TileScratch {
       std::copy(gr, gr + hd, g.data() + t * hdp);
     }
   }
-  // Scores and dy·v of the loaded rows against the first 16·KC loaded keys, into p and ds.
+  // out[t][0, 16·KC) = sum_e a[t][e] · bt[e][0, 16·KC) for NR rows t of a (row stride hdp)
+  // against transposed rows bt (row stride kMaxKeyBlock), in registers; each sum over e in
+  // order, one multiply-add at a time.
+  template <int NR, int KC>
+  void RowsTimesBlock(const float* a, const float* bt, float* out) const {
+    V16 acc[NR][KC] = {};
+    for (int64_t e = 0; e < hd; ++e) {
+      V16 bv[KC];
+      for (int c = 0; c < KC; ++c) bv[c] = LoadV(bt + e * kMaxKeyBlock + c * kLanes);
+      for (int t = 0; t < NR; ++t) {
+        const float av = a[t * hdp + e];
+        for (int c = 0; c < KC; ++c) acc[t][c] += av * bv[c];
+      }
+    }
+    for (int t = 0; t < NR; ++t) {
+      for (int c = 0; c < KC; ++c) StoreV(out + t * kMaxKeyBlock + c * kLanes, acc[t][c]);
+    }
+  }
+  // Scores (into p) and dy·v (into ds) of the loaded rows against the first 16·KC loaded keys.
   template <int KC>
   void ScoresAndDyV(int64_t rows) {
-    for (int64_t t = 0; t < rows; t += 2) {
-      // Two rows at a time (the second repeats the first when rows is odd): their scores
-      // and dy·v against every key of the block, in registers.
-      const int64_t t1 = std::min(t + 1, rows - 1);
-      const float* q0 = qs.data() + t * hdp;
-      const float* q1 = qs.data() + t1 * hdp;
-      const float* g0 = g.data() + t * hdp;
-      const float* g1 = g.data() + t1 * hdp;
-      V16 s0[KC] = {}, s1[KC] = {}, d0[KC] = {}, d1[KC] = {};
-      for (int64_t e = 0; e < hd; ++e) {
-        const float* ke = kt.data() + e * kMaxKeyBlock;
-        const float* ve = vt.data() + e * kMaxKeyBlock;
-        const float a0 = q0[e], a1 = q1[e], b0 = g0[e], b1 = g1[e];
-        for (int c = 0; c < KC; ++c) {
-          const V16 kv = LoadV(ke + c * kLanes);
-          const V16 vv = LoadV(ve + c * kLanes);
-          s0[c] += a0 * kv;
-          s1[c] += a1 * kv;
-          d0[c] += b0 * vv;
-          d1[c] += b1 * vv;
-        }
-      }
-      for (int c = 0; c < KC; ++c) {
-        StoreV(p.data() + t * kMaxKeyBlock + c * kLanes, s0[c]);
-        StoreV(ds.data() + t * kMaxKeyBlock + c * kLanes, d0[c]);
-        if (t1 != t) {
-          StoreV(p.data() + t1 * kMaxKeyBlock + c * kLanes, s1[c]);
-          StoreV(ds.data() + t1 * kMaxKeyBlock + c * kLanes, d1[c]);
-        }
-      }
+#if defined(__AVX512F__)
+    constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
+#else
+    constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
+#endif
+    int64_t t = 0;
+    for (; t + kRows <= rows; t += kRows) {
+      RowsTimesBlock<kRows, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
+      RowsTimesBlock<kRows, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
+    }
+    for (; t < rows; ++t) {
+      RowsTimesBlock<1, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
+      RowsTimesBlock<1, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
     }
   }
   // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
