@@ -1,6 +1,10 @@
 #include "kernels/cpu/isa.h"
 
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -46,6 +50,29 @@ IsaLevel DetectCpu() {
 #endif
 }
 
+// CPUID.7.0:EDX bit 24 AMX-TILE, bit 22 AMX-BF16; the OS must enable XCR0 bits 17 (XTILECFG)
+// and 18 (XTILEDATA), and on Linux the process must ask for XTILEDATA before first use.
+bool DetectAmx() {
+#if defined(__x86_64__) && defined(__linux__)
+  if (DetectCpu() != IsaLevel::kAvx512Bf16) return false;
+  unsigned eax, ebx, ecx, edx;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  return (xcr0_lo & (3u << 17)) == (3u << 17);
+#else
+  return false;
+#endif
+}
+
+bool EnvAllowsAmx() {
+  const char* env = std::getenv(kEnv);
+  return env == nullptr || *env == '\0' || std::string_view(env) == "amx";
+}
+
 IsaLevel ComputeMax() {
   const IsaLevel cpu = CpuIsaLevel();
   const char* env = std::getenv(kEnv);
@@ -81,16 +108,27 @@ const char* IsaLevelName(IsaLevel level) {
 }
 
 absl::StatusOr<IsaLevel> ParseIsaLevel(std::string_view name) {
+  if (name == "amx") return IsaLevel::kAvx512Bf16;
   for (IsaLevel l : kAllIsaLevels) {
     if (name == IsaLevelName(l)) return l;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown ISA level \"", std::string(name), "\"; allowed: scalar, avx2, avx512, avx512_bf16"));
+      "unknown ISA level \"", std::string(name), "\"; allowed: scalar, avx2, avx512, avx512_bf16, amx"));
 }
 
 IsaLevel CpuIsaLevel() {
   static const IsaLevel level = DetectCpu();
   return level;
+}
+
+bool CpuHasAmxBf16() {
+  static const bool amx = DetectAmx();
+  return amx;
+}
+
+bool AmxSupported() {
+  static const bool allowed = CpuHasAmxBf16() && EnvAllowsAmx();
+  return allowed && ActiveIsaLevel() == IsaLevel::kAvx512Bf16;
 }
 
 IsaLevel MaxIsaLevel() {

@@ -3,13 +3,19 @@
 // Every run-time dispatch (GEMM tiles, f16 conversion, ...) asks IsaSupported() instead of
 // querying the CPU itself, so a level can be forced for a whole process:
 //
-//   CCTUNE_CPU_ISA=scalar|avx2|avx512|avx512_bf16
+//   CCTUNE_CPU_ISA=scalar|avx2|avx512|avx512_bf16|amx
 //
 // A level above what the CPU has is clamped down to the CPU's (one warning on stderr naming
 // both); an unknown value aborts at first use with a message listing the allowed values, so a
 // typo never silently runs the native paths. Running the suite with CCTUNE_CPU_ISA=avx2 on an
 // AVX-512 machine takes the paths an AVX2-only machine (Zen 3) takes; see the avx2/scalar
 // configs in .bazelrc, which also lower -march and OpenBLAS's core type.
+//
+// AMX (AMX-TILE + AMX-BF16 tile matrix multiply, Sapphire Rapids) is a capability above
+// avx512_bf16 rather than an IsaLevel (the level list is what tests iterate kernels over; AMX
+// is one GEMM, amx_gemm.h): AmxSupported() is true when the CPU has it, the OS granted the
+// tile data state, CCTUNE_CPU_ISA is unset or "amx" (which otherwise means avx512_bf16), and
+// the active level is avx512_bf16 (a ScopedIsaLevel below it turns AMX off with the rest).
 //
 // Code compiled for the build's -march (auto-vectorised loops, `#if __F16C__`) is not
 // affected: that is the build configuration's business, not the run time's.
@@ -39,6 +45,7 @@ const char* IsaLevelName(IsaLevel level);
 // The inverse of IsaLevelName; InvalidArgument listing the allowed values otherwise.
 absl::StatusOr<IsaLevel> ParseIsaLevel(std::string_view name);
 
+// "amx" parses as kAvx512Bf16 (plus AMX, see AmxSupported()).
 // What the CPU (and OS: saved YMM/ZMM state) supports, from CPUID; ignores the environment.
 IsaLevel CpuIsaLevel();
 // The process's ceiling: CpuIsaLevel() lowered by CCTUNE_CPU_ISA. Read once. Aborts with a
@@ -52,6 +59,14 @@ inline bool IsaSupported(IsaLevel level) {
 }
 // The levels <= MaxIsaLevel(), lowest first.
 std::vector<IsaLevel> SupportedIsaLevels();
+
+// AMX-TILE + AMX-BF16 on this CPU, XCR0 tile state enabled, and the process granted
+// XTILEDATA (arch_prctl(ARCH_REQ_XCOMP_PERM), requested on the first call, thread-safe).
+// Ignores the environment.
+bool CpuHasAmxBf16();
+// Whether AMX code may run now: CpuHasAmxBf16(), CCTUNE_CPU_ISA unset/empty or "amx", and
+// ActiveIsaLevel() == kAvx512Bf16.
+bool AmxSupported();
 
 // Lowers the active level for its lifetime (tests: run one kernel at each level). `level`
 // must be <= MaxIsaLevel() (CHECK). Process-wide, not per thread: create it outside parallel

@@ -16,6 +16,11 @@
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define CCTUNE_TARGET_AVX512BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
+// AMX tiles (IsaLevel kAvx512Bf16 + AmxSupported(), kernels/cpu/isa.h): tdpbf16ps, with the
+// AVX-512 BF16 set for packing (vcvtne2ps2bf16) and the C edge copies.
+#define CCTUNE_TARGET_AMX                                                            \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16," \
+                        "avx2,fma,f16c")))
 // Helpers called from a target function must inline into it (a call would cross targets).
 #define CCTUNE_INLINE inline __attribute__((always_inline))
 // Pins a loaded vector in a register. Without it GCC folds the load into every FMA that uses
