@@ -98,6 +98,8 @@ TEST_P(AttentionBackwardTest, MatchesFiniteDifferences) {
       {1, 3, 1, 4, 4, 6},   // MQA
       {1, 2, 1, 6, 3, 4},   // s_q > s_kv: causal leaves the first rows empty
       {1, 4, 2, 3, 70, 8},  // several key blocks
+      {1, 2, 1, 5, 40, 8},  // key blocks of 3 vectors (the dq pass)
+      {1, 2, 2, 4, 20, 16}, // key blocks of 2 vectors
   };
   for (const Dims& d : dims) {
     const Tensor q = WithLayout(Randn({d.b, d.n_h, d.s_q, d.hd}, dt, gen), layout);

@@ -121,6 +121,8 @@ TEST_P(AttentionTest, MatchesReference) {
       {1, 2, 1, 9, 4, 8},      // s_q > s_kv: causal leaves the first rows empty
       {1, 2, 2, 100, 100, 4},  // several query tiles and key blocks
       {1, 4, 2, 70, 130, 32},  // the tile GEMMs (>= 8 rows, h_d >= 32): tiles, key blocks
+      {2, 6, 2, 77, 77, 48},   // the register kernels (h_d whole vectors): 3 = 2 + 1 chunks
+      {1, 6, 2, 9, 140, 64},   // the register kernels: rows not a multiple of 4, s_q < s_kv
       {1, 4, 1, 12, 5, 40},    // the tile GEMMs with rows that see no key (s_q > s_kv)
       {1, 1, 1, 1, 1, 1},
   };

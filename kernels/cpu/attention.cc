@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -21,6 +22,13 @@ constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their ow
 // demo model's 16) were slower through the GEMM calls (same-run A/B).
 constexpr int64_t kMinGemmRows = 8;
 constexpr int64_t kMinGemmHeadDim = 32;
+// Such tiles of heads that are whole 16-float vectors compute QKᵀ and PV in registers instead
+// (ScoreRows / AddWeightedRows below, against a transposed copy of K made once per call): the
+// tiles' GEMMs (30 x 64 x 64 at the 15.7M model's training shape) were small enough for the
+// GEMM library's per-call cost to dominate. (The demo model's 16-long heads were ~15% slower
+// this way than as dot products, 1-thread A/B, so they keep those.) At most this many floats
+// of transposed K.
+constexpr int64_t kMaxTransposedKeys = int64_t{1} << 24;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Args {
@@ -39,7 +47,119 @@ struct Args {
   int64_t ls[3];
   // Units run on the decode thread pool (s_q == 1): no GEMM calls from inside its tasks.
   bool single_row_units = false;
+  // K transposed, f32 [b][n_kv][hd][kt_ld] (kt_ld: s_kv rounded up to whole key blocks, zero
+  // past s_kv), for the register kernels; null: the GEMM or dot-product paths.
+  const float* kt_all = nullptr;
+  int64_t kt_ld = 0;
 };
+
+// 16 floats as one value (GCC/Clang vector extension; one AVX-512 register, two AVX ones), so
+// the tile kernels keep their accumulators in registers. Loads and stores go through memcpy
+// (no alignment assumed).
+typedef float V16 __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+static_assert(kBlockKeys % kLanes == 0, "key blocks are whole vectors");
+
+inline V16 LoadV(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// s[r][0, 16·KC) = q_r · k_j for NR rows of q (hd floats each, row stride hd) against a
+// block of transposed keys kt[e][j] (row stride ldk, 16·KC readable keys per row): each sum
+// over e in order, one multiply-add at a time.
+template <int NR, int KC>
+void ScoreRowsN(const float* q, int64_t hd, const float* kt, int64_t ldk, float* s) {
+  V16 acc[NR][KC] = {};
+  for (int64_t e = 0; e < hd; ++e) {
+    V16 kv[KC];
+    for (int c = 0; c < KC; ++c) kv[c] = LoadV(kt + e * ldk + c * kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const float qv = q[r * hd + e];
+      for (int c = 0; c < KC; ++c) acc[r][c] += qv * kv[c];
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < KC; ++c) StoreV(s + r * kBlockKeys + c * kLanes, acc[r][c]);
+  }
+}
+template <int KC>
+void ScoreRowsK(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
+                float* s) {
+#if defined(__AVX512F__)
+  constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
+#else
+  constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
+#endif
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    ScoreRowsN<kRows, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+  }
+  for (; r < rows; ++r) ScoreRowsN<1, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+}
+// Scores of `rows` rows against the block's first nk keys (the next whole vector's worth).
+void ScoreRows(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk, int64_t nk,
+               float* s) {
+  static_assert(kBlockKeys == 4 * kLanes, "ScoreRows dispatches 1 to 4 vectors of keys");
+  switch ((nk + kLanes - 1) / kLanes) {
+    case 1:
+      return ScoreRowsK<1>(q, rows, hd, kt, ldk, s);
+    case 2:
+      return ScoreRowsK<2>(q, rows, hd, kt, ldk, s);
+    case 3:
+      return ScoreRowsK<3>(q, rows, hd, kt, ldk, s);
+    default:
+      return ScoreRowsK<4>(q, rows, hd, kt, ldk, s);
+  }
+}
+
+// acc[r][0, 16·NC) += sum_{j < nk} p[r][j] · v_j[0, 16·NC) for NR rows (p's row stride
+// kBlockKeys, v's ldv, acc's lda): each sum over j in order, one multiply-add at a time.
+template <int NR, int NC>
+void AddWeightedRowsN(const float* p, int64_t nk, const float* v, int64_t ldv, float* acc,
+                      int64_t lda) {
+  V16 a[NR][NC];
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) a[r][c] = LoadV(acc + r * lda + c * kLanes);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    V16 xv[NC];
+    for (int c = 0; c < NC; ++c) xv[c] = LoadV(v + j * ldv + c * kLanes);
+    for (int r = 0; r < NR; ++r) {
+      const float w = p[r * kBlockKeys + j];
+      for (int c = 0; c < NC; ++c) a[r][c] += w * xv[c];
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) StoreV(acc + r * lda + c * kLanes, a[r][c]);
+  }
+}
+template <int NR>
+void AddWeightedRowsCols(const float* p, int64_t nk, const float* v, int64_t ldv, float* acc,
+                         int64_t lda, int64_t chunks) {
+  int64_t c = 0;
+  for (; c + 4 <= chunks; c += 4) {
+    AddWeightedRowsN<NR, 4>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
+  }
+  for (; c + 2 <= chunks; c += 2) {
+    AddWeightedRowsN<NR, 2>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
+  }
+  for (; c < chunks; ++c) AddWeightedRowsN<NR, 1>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
+}
+// acc [rows, hd] += P [rows, nk] · V [nk, hd], hd whole vectors.
+void AddWeightedRows(const float* p, int64_t rows, int64_t nk, const float* v, int64_t ldv,
+                     float* acc, int64_t hd) {
+  const int64_t chunks = hd / kLanes;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    AddWeightedRowsCols<4>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
+  }
+  for (; r < rows; ++r) {
+    AddWeightedRowsCols<1>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
+  }
+}
 
 // Per-thread buffers for one unit: rows = heads x positions of the tile.
 struct Scratch {
@@ -134,19 +254,30 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
   for (int64_t jb = j0; jb < j_end; jb += kBlockKeys) {
     const int64_t nk = std::min(kBlockKeys, j_end - jb);
     const float** kp = sc.kp.data();
-    BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
-    // Scores S[r, j] = (scale q_r) . k_j: one GEMM for the tile when it has enough rows
-    // (kernels/cpu/gemm; inside this OpenMP region it runs on this thread), else dot products.
-    const bool gemm = rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units;
-    if (gemm && RowsLd(kp, nk, hd) >= hd) {
-      GemmNT(rows, nk, hd, qf, hd, kp[0], DType::kF32, RowsLd(kp, nk, hd), s, kBlockKeys, 0.f);
+    // Scores S[r, j] = (scale q_r) . k_j: in registers against the transposed K, or one GEMM
+    // for the tile when it has enough rows (kernels/cpu/gemm; inside this OpenMP region it
+    // runs on this thread), else dot products.
+    const bool regs = rows >= kMinGemmRows && a.kt_all != nullptr;
+    const bool gemm =
+        regs || (rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units);
+    if (regs) {
+      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb, a.kt_ld, nk,
+                s);
     } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* qr = qf + r * hd;
-        float* sr = s + r * kBlockKeys;
-        int64_t j = 0;
-        for (; j + 4 <= nk; j += 4) Dot4(qr, kp[j], kp[j + 1], kp[j + 2], kp[j + 3], hd, sr + j);
-        for (; j < nk; ++j) sr[j] = Dot(qr, kp[j], hd);
+      BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
+      if (gemm && RowsLd(kp, nk, hd) >= hd) {
+        GemmNT(rows, nk, hd, qf, hd, kp[0], DType::kF32, RowsLd(kp, nk, hd), s, kBlockKeys,
+               0.f);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* qr = qf + r * hd;
+          float* sr = s + r * kBlockKeys;
+          int64_t j = 0;
+          for (; j + 4 <= nk; j += 4) {
+            Dot4(qr, kp[j], kp[j + 1], kp[j + 2], kp[j + 3], hd, sr + j);
+          }
+          for (; j < nk; ++j) sr[j] = Dot(qr, kp[j], hd);
+        }
       }
     }
     // Masks, then the online-softmax update; P overwrites S.
@@ -164,9 +295,20 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
           if (!mr[j * a.ms[2]]) sr[j] = kNegInf;
         }
       }
+      // The block's max; the comparison skips NaN as std::fmax does, inline (fmax is a library
+      // call), in 16 independent lanes first (one chain of scalar maxes cost a fifth of the
+      // forward), which gives the same max.
       float bm = kNegInf;
-      // The comparison skips NaN as std::fmax does, inline (fmax is a library call).
-      for (int64_t j = 0; j < nk; ++j) bm = sr[j] > bm ? sr[j] : bm;
+      int64_t j = 0;
+      if (nk >= kLanes) {
+        V16 mv = V16{} + kNegInf;  // all -inf (a NaN must not seed a lane)
+        for (; j + kLanes <= nk; j += kLanes) {
+          const V16 x = LoadV(sr + j);
+          mv = x > mv ? x : mv;
+        }
+        for (int l = 0; l < kLanes; ++l) bm = mv[l] > bm ? mv[l] : bm;
+      }
+      for (; j < nk; ++j) bm = sr[j] > bm ? sr[j] : bm;
       sc.active[r] = bm != kNegInf;
       if (!sc.active[r]) {  // nothing allowed for this row in this block
         if (gemm) std::fill(sr, sr + nk, 0.f);  // adds nothing in the PV GEMM
@@ -174,16 +316,19 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
       }
       any = true;
       const float m_new = std::max(sc.m[r], bm);
-      const float corr = FastExp(sc.m[r] - m_new);
+      // A row's first allowed block has nothing to correct (l and acc are 0): no scalar exp,
+      // whose latency showed in short rows (the same values either way).
+      const bool first = sc.m[r] == kNegInf;
+      const float corr = first ? 0.f : FastExp(sc.m[r] - m_new);
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < nk; ++j) {
         sr[j] = FastExp(sr[j] - m_new);
         sum += sr[j];
       }
-      sc.l[r] = sc.l[r] * corr + sum;
+      sc.l[r] = first ? sum : sc.l[r] * corr + sum;
       sc.m[r] = m_new;
-      if (corr != 1.f) {
+      if (!first && corr != 1.f) {
         float* ar = acc + r * hd;
         for (int64_t d = 0; d < hd; ++d) ar[d] *= corr;
       }
@@ -191,6 +336,11 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     if (!any) continue;
     const float** vp = sc.vp.data();
     BlockRows(vbase, a.vt, a.vs[2], a.vs[3], jb, nk, hd, sc.vbuf.data(), vp);
+    if (regs) {
+      // acc [rows, hd] += P [rows, nk] · V [nk, hd] (P is 0 on the inactive rows).
+      AddWeightedRows(s, rows, nk, vp[0], RowsLd(vp, nk, hd), acc, hd);
+      continue;
+    }
     if (gemm && RowsLd(vp, nk, hd) >= hd) {
       // acc [rows, hd] += P [rows, nk] · V [nk, hd] (P is 0 on the inactive rows).
       SgemmStrided(false, false, rows, hd, nk, s, kBlockKeys, vp[0], RowsLd(vp, nk, hd), acc, hd,
@@ -301,6 +451,35 @@ absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tens
   }
   const int64_t max_rows = a.g * tile;
   const int64_t hd = a.hd;
+
+  // The register kernels' transposed K (see kMaxTransposedKeys), for tiles that take them.
+  FloatBuffer kt_buf;
+  const int64_t kt_ld = (a.s_kv + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
+  if (!a.single_row_units && max_rows >= kMinGemmRows && hd >= kMinGemmHeadDim &&
+      hd % kLanes == 0 && a.b * a.n_kv * hd * kt_ld <= kMaxTransposedKeys) {
+    kt_buf.Resize(a.b * a.n_kv * hd * kt_ld);
+    float* kt = kt_buf.data();
+    const int64_t heads = a.b * a.n_kv;
+#pragma omp parallel if (heads > 1 && heads * hd * kt_ld >= (1 << 15))
+    {
+      FloatBuffer row(hd);
+#pragma omp for schedule(static)
+      for (int64_t u = 0; u < heads; ++u) {
+        const int64_t bi = u / a.n_kv, kvh = u % a.n_kv;
+        float* dst = kt + u * hd * kt_ld;
+        for (int64_t j = 0; j < a.s_kv; ++j) {
+          const int64_t off = bi * a.ks[0] + kvh * a.ks[1] + j * a.ks[2];
+          const float* kr = LoadF32Or(ElemAddr(a.k, a.kt, off), a.kt, a.ks[3], hd, row.data());
+          for (int64_t e = 0; e < hd; ++e) dst[e * kt_ld + j] = kr[e];
+        }
+        for (int64_t e = 0; e < hd; ++e) {
+          std::fill(dst + e * kt_ld + a.s_kv, dst + (e + 1) * kt_ld, 0.f);
+        }
+      }
+    }
+    a.kt_all = kt;
+    a.kt_ld = kt_ld;
+  }
 
   if (splits == 1) {
     // Small problems (a tiny model's decode step) run on one thread: waking the team costs

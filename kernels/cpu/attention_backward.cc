@@ -256,40 +256,62 @@ struct TileScratch {
       std::copy(gr, gr + hd, g.data() + t * hdp);
     }
   }
+  // out[t][0, 16·KC) = sum_e a[t][e] · bt[e][0, 16·KC) for NR rows t of a (row stride hdp)
+  // against transposed rows bt (row stride kMaxKeyBlock), in registers; each sum over e in
+  // order, one multiply-add at a time.
+  template <int NR, int KC>
+  void RowsTimesBlock(const float* a, const float* bt, float* out) const {
+    V16 acc[NR][KC] = {};
+    for (int64_t e = 0; e < hd; ++e) {
+      V16 bv[KC];
+      for (int c = 0; c < KC; ++c) bv[c] = LoadV(bt + e * kMaxKeyBlock + c * kLanes);
+      for (int t = 0; t < NR; ++t) {
+        const float av = a[t * hdp + e];
+        for (int c = 0; c < KC; ++c) acc[t][c] += av * bv[c];
+      }
+    }
+    for (int t = 0; t < NR; ++t) {
+      for (int c = 0; c < KC; ++c) StoreV(out + t * kMaxKeyBlock + c * kLanes, acc[t][c]);
+    }
+  }
+  // Scores (into p) and dy·v (into ds) of the loaded rows against the first 16·KC loaded keys.
+  template <int KC>
+  void ScoresAndDyV(int64_t rows) {
+#if defined(__AVX512F__)
+    constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
+#else
+    constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
+#endif
+    int64_t t = 0;
+    for (; t + kRows <= rows; t += kRows) {
+      RowsTimesBlock<kRows, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
+      RowsTimesBlock<kRows, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
+    }
+    for (; t < rows; ++t) {
+      RowsTimesBlock<1, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
+      RowsTimesBlock<1, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
+    }
+  }
   // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
   void Grads(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0,
              int64_t nk, const float* row_lse, const float* row_d) {
-    constexpr int kC = kMaxKeyBlock / kLanes;
-    for (int64_t t = 0; t < rows; t += 2) {
-      // Two rows at a time (the second repeats the first when rows is odd): their scores
-      // and dy·v against every key of the block, in registers.
-      const int64_t t1 = std::min(t + 1, rows - 1);
-      const float* q0 = qs.data() + t * hdp;
-      const float* q1 = qs.data() + t1 * hdp;
-      const float* g0 = g.data() + t * hdp;
-      const float* g1 = g.data() + t1 * hdp;
-      V16 s0[kC] = {}, s1[kC] = {}, d0[kC] = {}, d1[kC] = {};
-      for (int64_t e = 0; e < hd; ++e) {
-        const float* ke = kt.data() + e * kMaxKeyBlock;
-        const float* ve = vt.data() + e * kMaxKeyBlock;
-        const float a0 = q0[e], a1 = q1[e], b0 = g0[e], b1 = g1[e];
-        for (int c = 0; c < kC; ++c) {
-          const V16 kv = LoadV(ke + c * kLanes);
-          const V16 vv = LoadV(ve + c * kLanes);
-          s0[c] += a0 * kv;
-          s1[c] += a1 * kv;
-          d0[c] += b0 * vv;
-          d1[c] += b1 * vv;
-        }
-      }
-      for (int c = 0; c < kC; ++c) {
-        StoreV(p.data() + t * kMaxKeyBlock + c * kLanes, s0[c]);
-        StoreV(ds.data() + t * kMaxKeyBlock + c * kLanes, d0[c]);
-        if (t1 != t) {
-          StoreV(p.data() + t1 * kMaxKeyBlock + c * kLanes, s1[c]);
-          StoreV(ds.data() + t1 * kMaxKeyBlock + c * kLanes, d1[c]);
-        }
-      }
+    // Only the vectors that hold keys (a short sequence's block is one or two); each column's
+    // sums are the same however many are computed. Columns past them are zeroed below.
+    const int64_t kc = (nk + kLanes - 1) / kLanes;
+    static_assert(kMaxKeyBlock == 4 * kLanes, "Grads dispatches 1 to 4 vectors of keys");
+    switch (kc) {
+      case 1:
+        ScoresAndDyV<1>(rows);
+        break;
+      case 2:
+        ScoresAndDyV<2>(rows);
+        break;
+      case 3:
+        ScoresAndDyV<3>(rows);
+        break;
+      default:
+        ScoresAndDyV<4>(rows);
+        break;
     }
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t i = i0 + t, row = (bi * pr.n_h + h) * pr.s_q + i;
@@ -308,8 +330,9 @@ struct TileScratch {
           if (!mrow[(j0 + j) * pr.ms2]) pt[j] = kNegInf;
         }
       }
+      const int64_t kw = kc * kLanes;  // the computed columns
 #pragma omp simd
-      for (int64_t j = 0; j < kMaxKeyBlock; ++j) {
+      for (int64_t j = 0; j < kw; ++j) {
         const float pj = FastExp(pt[j] - l);
         pt[j] = pj;
         dst[j] = pj * (dst[j] - d);
