@@ -40,8 +40,10 @@ constexpr int64_t kMaxStreamRows16 = 256;
 constexpr int64_t kMaxStreamABytes = 8 << 20;
 // From this many rows of A, bf16-weight GemmNT takes the AMX GEMM when it may (AmxRouteEnabled).
 // Measured (gemm_bench SmallM bf16_amx vs bf16_avx512, 2048x2048, loaded 2-core Sapphire
-// Rapids): see benchmarks/README.md.
-constexpr int64_t kAmxMinRows = 16;
+// Rapids): see benchmarks/README.md. With the weights coming from DRAM the streaming kernel is
+// faster up to about 128 rows (m=16/32/64/128: AMX 38/90/97/188 GFLOP/s, streaming
+// 143/167/196/194), so shorter prompts keep it (and exact f32 activations).
+constexpr int64_t kAmxMinRows = 128;
 // Below this many multiply-adds a call runs on one thread (fork/join would dominate).
 constexpr int64_t kMinParallelMacs = 1 << 15;
 // Size of the f32 panel (per thread) a 16-bit B is converted into before OpenBLAS multiplies

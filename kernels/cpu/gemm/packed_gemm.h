@@ -17,8 +17,9 @@
 //   kAvx2        f32 FMA (AVX2 + FMA + F16C), 6 x 16 tile (12 ymm accumulators).
 //   kScalar      portable C++, 4 x 4 tile.
 // Error: the f32 paths sum each k-block's products in f32 in k order (|err| <= ~k·eps32 ·
-// sum|a·b|, as any f32 GEMM). kAvx512Bf16 also rounds A to bf16 (relative 2^-9 per element),
-// so |err| <= ~2^-8 · sum_k |a·b|: the order of the error already made by storing B in bf16.
+// sum|a·b|, as any f32 GEMM). kAvx512Bf16 also rounds A to bf16 (relative 2^-8 per element,
+// bf16's unit roundoff), so |err| <= ~2^-8 · sum_k |a·b|: the order of the error already made
+// by storing B in bf16.
 #ifndef CCTUNE_KERNELS_CPU_GEMM_PACKED_GEMM_H_
 #define CCTUNE_KERNELS_CPU_GEMM_PACKED_GEMM_H_
 
