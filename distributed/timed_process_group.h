@@ -11,6 +11,7 @@
 #define CCTUNE_DISTRIBUTED_TIMED_PROCESS_GROUP_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 
 #include "distributed/process_group.h"
@@ -35,7 +36,10 @@ class TimedProcessGroup final : public ProcessGroup {
                                                        Tensor& output) override;
   absl::StatusOr<std::unique_ptr<Work>> StartReduceScatter(const Tensor& input, Tensor& output,
                                                            ReduceOp op) override;
-  [[noreturn]] void Abort(const absl::Status& status) const override { inner_->Abort(status); }
+  [[noreturn]] void Abort(const absl::Status& status) const override {
+    inner_->Abort(status);
+    std::abort();  // not reached: the inner group's Abort does not return
+  }
 
   // Seconds blocked in collectives and the number of collectives since creation or Reset.
   // Not thread-safe: one calling thread, as the recipes have.
