@@ -37,6 +37,7 @@
 #include "distributed/fsdp.h"
 #include "distributed/process_group.h"
 #include "distributed/timed_process_group.h"
+#include "benchmarks/bench_models.h"
 #include "models/decoder_builder.h"
 #include "modules/parameters.h"
 #include "training/decoder_trainer.h"
@@ -84,32 +85,9 @@ absl::Status Run(int argc, char** argv) {
   TimedProcessGroup pg(group.get());
   const int n = pg.world_size();
 
-  // benchmarks/train_bench.cc's two shapes.
-  DecoderConfig c;
-  int64_t b = 4, s = 256;
-  if (model_name == "demo") {
-    c.vocab_size = 264;
-    c.num_layers = 4;
-    c.num_heads = 8;
-    c.num_kv_heads = 2;
-    c.embed_dim = 128;
-    c.head_dim = 16;
-    c.intermediate_dim = 384;
-    c.max_seq_len = 64;
-    b = 64;
-    s = 16;
-  } else {
-    c.vocab_size = 8192;
-    c.num_layers = 6;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.embed_dim = 384;
-    c.head_dim = 64;
-    c.intermediate_dim = 1024;
-    c.max_seq_len = 256;
-  }
-  c.rope_base = 10000.0;
-  c.tie_word_embeddings = false;
+  const BenchModel shape = BenchModelShape(model_name);
+  const DecoderConfig& c = shape.config;
+  const int64_t b = shape.batch, s = shape.seq;
   CCTUNE_ASSIGN_OR_RETURN(std::unique_ptr<TransformerDecoder> model, BuildDecoder(c));
   CCTUNE_ASSIGN_OR_RETURN(ParameterArena params,
                           ParameterArena::Create(*model, DType::kF32, Device::Cpu()));
