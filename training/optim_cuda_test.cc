@@ -6,8 +6,8 @@
 // the host) and loaded into a fresh cuda optimizer, continues bit-identically to the run that
 // never stopped (the CUDA kernels are deterministic). Skips without a usable CUDA device; on a
 // machine without a GPU it runs under the emulator (kernels/cuda/emu/run_emu.sh):
-//   CCTUNE_EMU_EXTRA="checkpoint data training" \
-//   CCTUNE_EMU_TESTS="training/optim_cuda_test" bash kernels/cuda/emu/run_emu.sh
+//   CCTUNE_EMU_EXTRA="checkpoint data training" CCTUNE_EMU_TESTS="training/optim_cuda_test"
+//     bash kernels/cuda/emu/run_emu.sh
 #include <unistd.h>
 
 #include <cmath>
