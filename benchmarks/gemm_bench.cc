@@ -5,7 +5,7 @@
 // that bandwidth as a percentage of STREAM triad and of a read-only sweep. Weights rotate over
 // enough copies to span >= 256 MiB, so every call streams them from DRAM, as in real decode.
 // SmallM: m = 1..512 rows against 2048x2048 weights, streaming kernel vs OpenBLAS route vs
-// packed GEMM (the data behind GemmNT's kMaxStreamRows thresholds).
+// packed GEMM (f32 FMA and bf16 dot) (the data behind GemmNT's kMaxStreamRows thresholds).
 // Peak: register-only loops of f32 FMA (zmm, ymm) and vdpbf16ps on every OpenMP thread: the
 // machine's measured compute peak, printed before the table and as pct_of_peak on Prefill.
 // Prefill: m = 128 and 512 rows against the 1.1B model's weight shapes (bf16), each path of
@@ -301,8 +301,11 @@ const bool kRegistered = [] {
   // (the crossover behind kMaxStreamRows*).
   for (DType t : {DType::kBF16, DType::kF32}) {
     for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kBlas, GemmIsa::kPacked,
-                        GemmIsa::kAmx}) {
-      if (isa == GemmIsa::kAmx && t != DType::kBF16) continue;
+                        GemmIsa::kAvx512Bf16, GemmIsa::kPackedBf16, GemmIsa::kAmx}) {
+      if ((isa == GemmIsa::kAmx || isa == GemmIsa::kPackedBf16 || isa == GemmIsa::kAvx512Bf16) &&
+          t != DType::kBF16) {
+        continue;
+      }
       for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
         benchmark::RegisterBenchmark(
             absl::StrCat("SmallM/", DTypeName(t), "_", GemmIsaName(isa), "/m:", m).c_str(),

@@ -41,6 +41,7 @@
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/op_profile.h"
+#include "benchmarks/bench_models.h"
 #include "models/decoder_builder.h"
 #include "modules/parameters.h"
 #include "training/decoder_trainer.h"
@@ -79,33 +80,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (threads > 0) omp_set_num_threads(threads);
-  DecoderConfig c;
-  int64_t b = 4, s = 256;
-  if (model_name == "demo") {
-    // configs/demo: the committed demo model's shape (tests/assets/demo/config.json), its
-    // recipe's batch of 64; 16 positions hold one "<a>+<b>=<sum>" sample with BOS/EOS.
-    c.vocab_size = 264;
-    c.num_layers = 4;
-    c.num_heads = 8;
-    c.num_kv_heads = 2;
-    c.embed_dim = 128;
-    c.head_dim = 16;
-    c.intermediate_dim = 384;
-    c.max_seq_len = 64;
-    b = 64;
-    s = 16;
-  } else {
-    c.vocab_size = 8192;
-    c.num_layers = 6;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.embed_dim = 384;
-    c.head_dim = 64;
-    c.intermediate_dim = 1024;
-    c.max_seq_len = 256;
-  }
-  c.rope_base = 10000.0;
-  c.tie_word_embeddings = false;
+  const BenchModel shape = BenchModelShape(model_name);
+  const DecoderConfig& c = shape.config;
+  const int64_t b = shape.batch, s = shape.seq;
   // bf16: bf16 weights (the GEMMs read them as stored), f32 gradients, AdamW's f32 masters.
   const DType param_dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
   auto model = ValueOrDie(BuildDecoder(c));
@@ -139,6 +116,17 @@ int Main(int argc, char** argv) {
   const bench::FmaPeak peak = bench::MeasureFmaPeak(omp_get_max_threads());
   std::printf("ISA %s; FP32 FMA peak: %s\n", cpu::IsaLevelName(cpu::ActiveIsaLevel()),
               peak.Describe().c_str());
+  if (param_dtype == DType::kBF16 && cpu::gemm_internal::Bf16DotRouteEnabled()) {
+    // %peak stays against the f32 FMA peak (the yardstick); the bf16 GEMMs' own is 2x.
+    std::printf("bf16 GEMMs: vdpbf16ps at the FMA's instruction rate on this CPU (Zen 4/5), "
+                "4 flops per lane: their peak is 2 x %.1f = %.1f GFLOP/s\n",
+                peak.gflops, 2 * peak.gflops);
+  }
+  const char* blas_core = std::getenv("OPENBLAS_CORETYPE");
+  if (blas_core != nullptr && *blas_core != '\0') {
+    std::printf("note: OPENBLAS_CORETYPE=%s is set: OpenBLAS runs those kernels, not the ones it "
+                "would pick for this CPU (f32 GEMMs)\n", blas_core);
+  }
   for (int i = 0; i < warmup; ++i) ValueOrDie(TrainStep(*trainer, *opt, {mb}, 1.0));
   cpu::ResetOpProfile();
   cpu::SetOpProfiling(true);

@@ -2,12 +2,14 @@
 // activations and weights, odd sizes, strided and transposed views of every tensor, optional
 // outputs; accumulation (+=) into existing gradients; the large-m (BLAS) path and the
 // blocked path for 16-bit weights against an fp64 reference; argument errors.
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
 
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/op_test_util.h"
 #include "kernels/ops.h"
@@ -26,6 +28,51 @@ using testing::WithLayout;
 
 // Gradients of f32 kernels vs an exact reference, relative to the largest gradient.
 constexpr double kTol = 2e-5;
+
+// Whether LinearBackward takes the bf16 dot routes for a weight of `wdt` (cpu::GemmNNBf16 for
+// dx, cpu::GemmTNBf16 for dw: bf16 weights on a CPU whose bf16 dot runs at twice the f32
+// rate, Zen 4/5). They round dy (dx), and dy and x (dw), to bf16.
+bool Bf16DotRoutes(DType wdt) {
+  return wdt == DType::kBF16 && cpu::gemm_internal::Bf16DotRouteEnabled();
+}
+
+// |actual[i] - want[i]| <= tol · (max |want| + |want[i]|) + rel · mag[i]: ExpectGradClose's
+// bound plus the operands' rounding, `rel` of sum |products| per element.
+void ExpectRoundedGradClose(const std::vector<double>& actual, const std::vector<double>& want,
+                            const std::vector<double>& mag, double rel, const std::string& what) {
+  double max_want = 0;
+  for (double v : want) max_want = std::max(max_want, std::fabs(v));
+  std::vector<double> atol(want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    atol[i] = kTol * (max_want + std::fabs(want[i])) + rel * mag[i];
+  }
+  testing::ExpectClose(actual, want, atol, 0.0, what);
+}
+
+// sum_j |dy[r, j] · w[j, q]| (dx's products) and sum_r |dy[r, j] · x[r, q]| (dw's).
+std::vector<double> DxMagnitude(const std::vector<double>& dy, const std::vector<double>& w,
+                                int64_t m, int64_t n, int64_t k) {
+  std::vector<double> mag(m * k, 0.0);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t q = 0; q < k; ++q) mag[r * k + q] += std::fabs(dy[r * n + j] * w[j * k + q]);
+    }
+  }
+  return mag;
+}
+std::vector<double> DwMagnitude(const std::vector<double>& dy, const std::vector<double>& x,
+                                int64_t m, int64_t n, int64_t k) {
+  std::vector<double> mag(n * k, 0.0);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t q = 0; q < k; ++q) mag[j * k + q] += std::fabs(dy[r * n + j] * x[r * k + q]);
+    }
+  }
+  return mag;
+}
+
+// bf16's unit roundoff for one rounded operand (dx: dy), and for two (dw: dy and x).
+constexpr double kOneRounded = 1.0 / 256, kTwoRounded = 1.0 / 128 + 1.0 / 65536;
 
 // fp64 Linear loss: sum_{r, j} dy[r, j] · (sum_q x[r, q] w[j, q] + bias[j]).
 double LinearLoss(const std::vector<double>& x, const std::vector<double>& w,
@@ -85,8 +132,15 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
       const auto gw = NumericGradient(
           [&](const std::vector<double>& p) { return LinearLoss(vx, p, bias, vdy, m, c.n, c.k); },
           vw);
-      ExpectGradClose(Minus(Values(dx), dx0), gx, kTol, "dx " + what);
-      ExpectGradClose(Minus(Values(dw), dw0), gw, kTol, "dw " + what);
+      if (Bf16DotRoutes(wdt)) {
+        ExpectRoundedGradClose(Minus(Values(dx), dx0), gx, DxMagnitude(vdy, vw, m, c.n, c.k),
+                               kOneRounded, "dx (bf16 dot) " + what);
+        ExpectRoundedGradClose(Minus(Values(dw), dw0), gw, DwMagnitude(vdy, vx, m, c.n, c.k),
+                               kTwoRounded, "dw (bf16 dot) " + what);
+      } else {
+        ExpectGradClose(Minus(Values(dx), dx0), gx, kTol, "dx " + what);
+        ExpectGradClose(Minus(Values(dw), dw0), gw, kTol, "dw " + what);
+      }
       if (with_bias) {
         const auto gb = NumericGradient(
             [&](const std::vector<double>& p) { return LinearLoss(vx, vw, &p, vdy, m, c.n, c.k); },
@@ -147,8 +201,16 @@ TEST_P(LinearBackwardLargeTest, BlasPathMatchesReference) {
     ASSERT_TRUE(ops::LinearBackward(&dx, &dw, &db, dy, x, w).ok());
     std::vector<double> rdx, rdw, rdb;
     ReferenceGrads(Values(x), Values(w), Values(dy), m, n, k, &rdx, &rdw, &rdb);
-    ExpectGradClose(Values(dx), rdx, kTol, absl::StrCat("large dx, w ", DTypeName(wdt)));
-    ExpectGradClose(Values(dw), rdw, kTol, absl::StrCat("large dw, w ", DTypeName(wdt)));
+    if (Bf16DotRoutes(wdt)) {
+      const auto vx = Values(x), vw = Values(w), vdy = Values(dy);
+      ExpectRoundedGradClose(Values(dx), rdx, DxMagnitude(vdy, vw, m, n, k), kOneRounded,
+                             "large dx, w bf16 (bf16 dot)");
+      ExpectRoundedGradClose(Values(dw), rdw, DwMagnitude(vdy, vx, m, n, k), kTwoRounded,
+                             "large dw, w bf16 (bf16 dot)");
+    } else {
+      ExpectGradClose(Values(dx), rdx, kTol, absl::StrCat("large dx, w ", DTypeName(wdt)));
+      ExpectGradClose(Values(dw), rdw, kTol, absl::StrCat("large dw, w ", DTypeName(wdt)));
+    }
     ExpectGradClose(Values(db), rdb, kTol, absl::StrCat("large dbias, w ", DTypeName(wdt)));
   }
 }
@@ -170,7 +232,12 @@ TEST_P(LinearBackwardLargeTest, BlockedBf16WeightsForDx) {
     }
   }
   // sum over 70001 terms: f32 accumulation error grows with the length.
-  ExpectGradClose(Values(dx), want, 1e-4, "blocked bf16 dx");
+  if (Bf16DotRoutes(DType::kBF16)) {
+    ExpectRoundedGradClose(Values(dx), want, DxMagnitude(vdy, vw, m, n, k), kOneRounded + 1e-4,
+                           "bf16 dx (bf16 dot)");
+  } else {
+    ExpectGradClose(Values(dx), want, 1e-4, "blocked bf16 dx");
+  }
 }
 
 CCTUNE_INSTANTIATE_ISA_LEVELS(LinearBackwardLargeTest);

@@ -43,11 +43,12 @@ void LinearRef(const std::vector<double>& x, const std::vector<double>& w,
 }
 
 // The relative part of the GEMM error bound, times sum |x·w|: f32 sums (1e-5 covers k <= 129
-// here), or, where GemmNT sends bf16 weights to the AMX GEMM (which rounds x to bf16 too), bf16's
-// unit roundoff 2^-8 for x's rounding (kernels/cpu/gemm/gemm.h).
+// here), or, where GemmNT sends bf16 weights to a path that rounds x to bf16 too (AMX, or the
+// packed vdpbf16ps kernel on Zen 4/5), bf16's unit roundoff 2^-8 for x's rounding
+// (kernels/cpu/gemm/gemm.h).
 double GemmRel(DType wdt, int64_t m) {
-  const bool rounds_x = wdt == DType::kBF16 && m >= cpu::gemm_internal::AmxMinRows() &&
-                        cpu::gemm_internal::AmxRouteEnabled();
+  const bool rounds_x = wdt == DType::kBF16 &&
+                        cpu::gemm_internal::AutoBf16Route(m) != cpu::gemm_internal::GemmIsa::kAuto;
   return rounds_x ? 1.0 / 256 + 1e-5 : 1e-5;
 }
 

@@ -19,6 +19,7 @@
 #include "core/device_interface.h"
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/ops.h"
 #include "models/decoder_builder.h"
 #include "models/lora.h"
@@ -453,7 +454,11 @@ INSTANTIATE_TEST_SUITE_P(Tiny, DecoderTrainerTest, ::testing::ValuesIn(Cases()),
                          });
 
 // bf16 weights: the activations and gradients stay f32, so the gradients equal those of an
-// f32 model holding the same (bf16-rounded) weights.
+// f32 model holding the same (bf16-rounded) weights. On a CPU whose bf16 dot product runs at
+// twice the f32 rate (Zen 4/5: cpu::gemm_internal::Bf16DotRouteEnabled) the bf16 GEMMs round
+// their f32 operands (dy; x in dW) to bf16 as PyTorch's bf16 training does: there the two runs
+// agree to bf16's precision, a few units of 2^-8 (measured: loss 2.4e-3 relative, gradients
+// 7.6e-3 of the largest), instead of f32's.
 TEST(DecoderTrainerBf16Test, Bf16WeightsMatchF32ModelWithTheSameWeights) {
   const Case c = Cases()[1];  // untied, biases, MQA
   Model f = MakeModel(c.config, 51);
@@ -470,7 +475,10 @@ TEST(DecoderTrainerBf16Test, Bf16WeightsMatchF32ModelWithTheSameWeights) {
   auto tb = ValueOrDie(DecoderTrainer::Create(b16.decoder.get(), &b16.grads));
   const LossSum lf = ValueOrDie(tf->ForwardBackward(data.t_tokens, data.t_labels));
   const LossSum lb = ValueOrDie(tb->ForwardBackward(data.t_tokens, data.t_labels));
-  EXPECT_NEAR(lb.Mean(), lf.Mean(), 1e-5);
+  const bool bf16_dot = cpu::gemm_internal::Bf16DotRouteEnabled();
+  const double loss_tol = bf16_dot ? 4.0 / 256 * std::fabs(lf.Mean()) : 1e-5;
+  const double grad_rel = bf16_dot ? 8.0 / 256 : 1e-5;
+  EXPECT_NEAR(lb.Mean(), lf.Mean(), loss_tol);
   for (const auto& [name, gview] : f.grads.named_tensors()) {
     const std::vector<float> gf = Floats(gview);
     const std::vector<float> gb = Floats(ValueOrDie(b16.grads.Get(name)));
@@ -478,7 +486,7 @@ TEST(DecoderTrainerBf16Test, Bf16WeightsMatchF32ModelWithTheSameWeights) {
     for (float x : gf) max_g = std::max(max_g, static_cast<double>(std::fabs(x)));
     EXPECT_GT(max_g, 0) << name;
     for (size_t i = 0; i < gf.size(); ++i) {
-      ASSERT_NEAR(gb[i], gf[i], 1e-5 * max_g) << name << "[" << i << "]";
+      ASSERT_NEAR(gb[i], gf[i], grad_rel * max_g) << name << "[" << i << "]";
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/op_profile.h"
 #include "training/optimizer_in_backward.h"
 
@@ -55,6 +56,9 @@ absl::StatusOr<TrainStepResult> TrainStep(DecoderTrainer& trainer, Optimizer& op
                                           double max_grad_norm,
                                           const GradientHook& after_backward,
                                           const DataParallelHooks* data_parallel) {
+  // Batch-invariant GEMMs: each row computes the same whatever the rows per call, so a step on
+  // N ranks of 1/N of the batch matches one rank's (kernels/cpu/gemm/gemm.h).
+  const cpu::ScopedBatchInvariantGemm batch_invariant;
   TrainStepResult result;
   for (const MicroBatch& mb : micro_batches) {
     CCTUNE_ASSIGN_OR_RETURN(int64_t n, CountValidLabels(mb.labels));

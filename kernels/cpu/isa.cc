@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,22 @@ bool DetectAmx() {
   unsigned xcr0_lo, xcr0_hi;
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
   return (xcr0_lo & (3u << 17)) == (3u << 17);
+#else
+  return false;
+#endif
+}
+
+// CPUID leaf 0's vendor string (EBX, EDX, ECX).
+bool DetectAmd() {
+#if defined(__x86_64__)
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  vendor[12] = '\0';
+  return std::string_view(vendor) == "AuthenticAMD";
 #else
   return false;
 #endif
@@ -129,6 +146,16 @@ bool CpuHasAmxBf16() {
 bool AmxSupported() {
   static const bool allowed = CpuHasAmxBf16() && EnvAllowsAmx();
   return allowed && ActiveIsaLevel() == IsaLevel::kAvx512Bf16;
+}
+
+// AMD with AVX512_BF16: Zen 4 and later.
+bool CpuHasFullRateBf16Dot() {
+  static const bool full = DetectAmd() && DetectCpu() == IsaLevel::kAvx512Bf16;
+  return full;
+}
+
+bool FullRateBf16DotSupported() {
+  return CpuHasFullRateBf16Dot() && ActiveIsaLevel() == IsaLevel::kAvx512Bf16;
 }
 
 IsaLevel MaxIsaLevel() {

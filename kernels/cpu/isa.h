@@ -68,6 +68,16 @@ bool CpuHasAmxBf16();
 // ActiveIsaLevel() == kAvx512Bf16.
 bool AmxSupported();
 
+// Whether this CPU's vdpbf16ps (zmm) issues at the rate of its f32 FMA (zmm), so that the bf16
+// dot product does twice the flops per cycle (4 per lane against 2): AMD Zen 4 and Zen 5 with
+// AVX512_BF16 (measured on a Zen 5 EPYC: both 2 per cycle per core). Intel Cooper Lake and
+// Sapphire Rapids issue it at half the FMA's rate (benchmarks/README.md), so there it is no
+// faster than f32 FMA. From CPUID (vendor and AVX512_BF16); ignores the environment.
+bool CpuHasFullRateBf16Dot();
+// CpuHasFullRateBf16Dot() and the active level is kAvx512Bf16 (CCTUNE_CPU_ISA=avx512 or a
+// ScopedIsaLevel below it turns it off).
+bool FullRateBf16DotSupported();
+
 // Lowers the active level for its lifetime (tests: run one kernel at each level). `level`
 // must be <= MaxIsaLevel() (CHECK). Process-wide, not per thread: create it outside parallel
 // regions, and do not let two overlap on different threads. Nesting restores in LIFO order.

@@ -300,6 +300,10 @@ absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor&
     } else if (w.dtype() == DType::kF32 && TransposedLd(wm, &ldw)) {
       // w's storage is a row-major [k, n] matrix, i.e. wᵀ.
       SgemmStrided(false, true, m, k, n, g, ldy, w.data<float>(), ldw, c, ldc, beta);
+    } else if (w.dtype() == DType::kBF16 && w.stride(1) == 1 && w.stride(0) >= k &&
+               GemmNNBf16(m, k, n, g, ldy, w.raw_data(), w.stride(0), c, ldc, beta)) {
+      // bf16 w on a CPU whose bf16 dot product runs at twice the f32 rate (Zen 4/5): dy
+      // rounded to bf16 as the forward's GemmNT rounds x (kernels/cpu/gemm/gemm.h).
     } else {
       // 16-bit (or oddly strided) w: dx += dy[:, n0:n1] · f32(w[n0:n1, :]) block by block.
       const int64_t rows_per_block = std::clamp<int64_t>(kWeightBlockFloats / k, 1, n);
@@ -331,7 +335,12 @@ absl::Status LinearBackward(Tensor* dx, Tensor* dw, Tensor* dbias, const Tensor&
       c = c_scratch.data();
       ldc = k;
     }
-    SgemmStrided(true, false, n, k, m, g, ldy, xf, ldx, c, ldc, direct ? 1.f : 0.f);
+    // A bf16 weight's gradient from bf16 dot products where the CPU runs them at twice the f32
+    // rate (Zen 4/5: dy and x rounded to bf16, kernels/cpu/gemm/gemm.h), else f32.
+    const float beta = direct ? 1.f : 0.f;
+    if (w.dtype() != DType::kBF16 || !GemmTNBf16(n, k, m, g, ldy, xf, ldx, c, ldc, beta)) {
+      SgemmStrided(true, false, n, k, m, g, ldy, xf, ldx, c, ldc, beta);
+    }
     if (!direct) AccumulateRows(*dw, c, ldc);
   }
   return absl::OkStatus();

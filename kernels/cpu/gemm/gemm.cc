@@ -44,6 +44,14 @@ constexpr int64_t kMaxStreamABytes = 8 << 20;
 // faster up to about 128 rows (m=16/32/64/128: AMX 38/90/97/188 GFLOP/s, streaming
 // 143/167/196/194), so shorter prompts keep it (and exact f32 activations).
 constexpr int64_t kAmxMinRows = 128;
+// On a CPU whose bf16 dot product runs at the f32 FMA's instruction rate (Bf16DotRouteEnabled:
+// twice the f32 peak), bf16-weight GemmNT takes the packed GEMM's vdpbf16ps kernel from this
+// many rows on (at every m inside a ScopedBatchInvariantGemm); below, the exact f32 streaming
+// kernel (decode is memory-bound: the bf16 dot would gain ~2% there). Measured (gemm_bench SmallM,
+// 2048x2048 bf16 from DRAM, idle 2-core Zen 5 EPYC, GFLOP/s): m = 32 / 64 / 128 / 256 / 512:
+// streaming f32-FMA 175 / 198 / 236 / 224 / 195, streaming bf16 dot 284 / 366 / 397 / 376 / 276,
+// packed bf16 dot 229 / 396 / 483 / 470 / 463 (m = 1: 33.3 vs 32.6 GB/s, bf16 dot vs f32 FMA).
+constexpr int64_t kBf16DotMinRows = 64;
 // Below this many multiply-adds a call runs on one thread (fork/join would dominate).
 constexpr int64_t kMinParallelMacs = 1 << 15;
 // Size of the f32 panel (per thread) a 16-bit B is converted into before OpenBLAS multiplies
@@ -913,7 +921,14 @@ void BlasSgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   });
 }
 
+std::atomic<int> g_batch_invariant{0};
+
 }  // namespace
+
+bool BatchInvariantGemm() { return g_batch_invariant.load(std::memory_order_relaxed) > 0; }
+
+ScopedBatchInvariantGemm::ScopedBatchInvariantGemm() { g_batch_invariant.fetch_add(1); }
+ScopedBatchInvariantGemm::~ScopedBatchInvariantGemm() { g_batch_invariant.fetch_sub(1); }
 
 namespace gemm_internal {
 
@@ -959,12 +974,32 @@ bool GemmIsaSupported(GemmIsa isa) {
 
 int64_t AmxMinRows() { return kAmxMinRows; }
 
-bool AmxRouteEnabled() {
+namespace {
+bool ExactAForced() {
   static const bool exact_a = [] {
     const char* env = std::getenv("CCTUNE_GEMM_EXACT_A");
     return env != nullptr && *env != '\0' && std::string_view(env) != "0";
   }();
-  return !exact_a && AmxBf16Available();
+  return exact_a;
+}
+}  // namespace
+
+bool AmxRouteEnabled() { return !ExactAForced() && AmxBf16Available(); }
+
+int64_t Bf16DotMinRows() { return kBf16DotMinRows; }
+
+bool Bf16DotRouteEnabled() {
+  return !ExactAForced() && !AmxBf16Available() && FullRateBf16DotSupported();
+}
+
+GemmIsa AutoBf16Route(int64_t m) {
+  if (m >= kAmxMinRows && AmxRouteEnabled()) return GemmIsa::kAmx;
+  // Batch-invariant (training steps): every m, so that a row's result does not depend on how
+  // many rows share the call (2 ranks of half the batch compute as 1 does).
+  if (Bf16DotRouteEnabled() && (m >= kBf16DotMinRows || BatchInvariantGemm())) {
+    return GemmIsa::kPackedBf16;
+  }
+  return GemmIsa::kAuto;
 }
 
 GemmIsa BestGemmIsa() {
@@ -989,9 +1024,7 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
     return;
   }
   const NtArgs p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
-  if (isa == GemmIsa::kAuto && b_dtype == DType::kBF16 && m >= kAmxMinRows && AmxRouteEnabled()) {
-    isa = GemmIsa::kAmx;
-  }
+  if (isa == GemmIsa::kAuto && b_dtype == DType::kBF16) isa = AutoBf16Route(m);
   if (isa == GemmIsa::kAmx && b_dtype == DType::kF16) isa = GemmIsa::kPacked;
   if (isa == GemmIsa::kAmx) {
     AmxGemm(false, true, m, n, k, a, DType::kF32, std::max<int64_t>(lda, k), b, b_dtype,
@@ -1027,6 +1060,20 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
 void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* b,
             DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta) {
   gemm_internal::GemmNTWithIsa(GemmIsa::kAuto, m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
+}
+
+bool GemmNNBf16(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* b,
+                int64_t ldb, float* c, int64_t ldc, float beta) {
+  if (!gemm_internal::Bf16DotRouteEnabled()) return false;
+  PackedGemmNN(PackedIsa::kAvx512Bf16, m, n, k, a, lda, b, DType::kBF16, ldb, c, ldc, beta);
+  return true;
+}
+
+bool GemmTNBf16(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc, float beta) {
+  if (!gemm_internal::Bf16DotRouteEnabled()) return false;
+  PackedSgemm(PackedIsa::kAvx512Bf16, true, false, m, n, k, a, lda, b, ldb, c, ldc, beta);
+  return true;
 }
 
 namespace gemm_internal {

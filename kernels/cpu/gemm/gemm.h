@@ -19,10 +19,13 @@
 // matmuls, and llama.cpp for bf16 weights. Error |C - A·Bᵀ| <= ~2^-8 · sum_k |a·b| (A's
 // rounding, relative <= 2^-8 per element, plus the f32 sums): the order of the error already made
 // by storing B in bf16. CCTUNE_GEMM_EXACT_A=1 keeps A exact in f32 (the routes below). Decode
-// (m = 1) and small m stay on the streaming kernel. Otherwise kAuto never rounds A to bf16: on
-// the AVX-512 BF16 Xeon measured, vdpbf16ps issues at half the rate of f32 FMA (32 vs 64
-// flops / cycle / core, benchmarks/README.md), so the vector bf16 dot paths (kAvx512Bf16,
-// kPackedBf16) are neither exact in A nor faster: opt-in only.
+// (m = 1) and small m stay on the streaming kernel. Without AMX, bf16 weights at m >=
+// Bf16DotMinRows() (and at every m in a training step: ScopedBatchInvariantGemm) take the
+// packed GEMM's vdpbf16ps kernel (kPackedBf16, same rounding of A) only on a CPU whose
+// vdpbf16ps issues at the f32 FMA's rate (AMD Zen 4/5: twice the f32 flops); the backward's
+// dY·W and dYᵀ·X of bf16 weights likewise (GemmNNBf16, GemmTNBf16). Otherwise kAuto never rounds A to bf16: on the AVX-512 BF16 Xeon measured,
+// vdpbf16ps issues at half the rate of f32 FMA (32 vs 64 flops / cycle / core,
+// benchmarks/README.md), so the vector bf16 dot paths are neither exact in A nor faster there.
 //
 // Threading: the streaming kernel runs on the persistent ThreadPool::Default()
 // (kernels/cpu/thread_pool.h: one fork/join per call, no OpenMP barrier); the OpenBLAS route
@@ -52,6 +55,37 @@ void GemmNT(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const 
 // op(A) is A [m, k] (lda >= k) or, when trans_a, Aᵀ of A [k, m] (lda >= m); likewise B.
 void SgemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, float beta);
+
+// C[m, n] = A[m, k] · B[k, n] + beta·C for bf16 B stored row-major [k, n] (stride ldb >= n):
+// the training GEMM dX = dY·W with bf16 weights. Runs where GemmNT's kAuto would round A to
+// bf16 for m rows on the packed vdpbf16ps kernel (gemm_internal::AutoBf16Route(m) ==
+// kPackedBf16: Zen 4/5), with the same error bound, and returns true; elsewhere returns false
+// with C untouched, and the caller multiplies in f32 (kernels/cpu/linear.cc).
+bool GemmNNBf16(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* b,
+                int64_t ldb, float* c, int64_t ldc, float beta);
+
+// C[m, n] = Aᵀ · B + beta·C with A stored [k, m] and B [k, n] (row-major, f32): the training
+// GEMM dW = dYᵀ·X of a bf16 weight, whose k is the tokens. Where GemmNNBf16 would run (the
+// packed vdpbf16ps kernel for k >= Bf16DotMinRows() tokens), both operands are rounded to
+// bf16, as PyTorch's bf16 training has them (|err| <= ~2^-7 · sum |a·b|), and it returns true;
+// elsewhere false, C untouched (the caller's f32 route).
+bool GemmTNBf16(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc, float beta);
+
+// Batch-invariant routing, process-wide while any ScopedBatchInvariantGemm lives (TrainStep
+// holds one, training/train_step.cc): a row's result must not depend on how many rows share
+// the call, so that a step on N ranks of 1/N of the batch computes what one rank does. It makes
+// GemmNT take the packed vdpbf16ps kernel for bf16 B at every m where
+// gemm_internal::Bf16DotRouteEnabled()
+// (the streaming kernel's rows sum in another order). Nests; create it outside parallel regions.
+bool BatchInvariantGemm();
+class ScopedBatchInvariantGemm {
+ public:
+  ScopedBatchInvariantGemm();
+  ~ScopedBatchInvariantGemm();
+  ScopedBatchInvariantGemm(const ScopedBatchInvariantGemm&) = delete;
+  ScopedBatchInvariantGemm& operator=(const ScopedBatchInvariantGemm&) = delete;
+};
 
 // ---- Internals exposed for tests and benchmarks. ----
 namespace gemm_internal {
@@ -93,6 +127,16 @@ int64_t AmxMinRows();
 // Whether kAuto may take the AMX route for bf16 B now: AmxBf16Available() and
 // CCTUNE_GEMM_EXACT_A unset (or "0"); with CCTUNE_GEMM_EXACT_A=1 every path keeps A in f32.
 bool AmxRouteEnabled();
+// The fewest rows of A at which kAuto sends a bf16-weight GemmNT to kPackedBf16 (where
+// Bf16DotRouteEnabled()).
+int64_t Bf16DotMinRows();
+// Whether kAuto may take the packed vdpbf16ps kernel for bf16 B now: no AMX, a CPU whose bf16
+// dot product runs at the f32 FMA's rate (cpu::FullRateBf16DotSupported(): AMD Zen 4/5), and
+// CCTUNE_GEMM_EXACT_A unset (or "0").
+bool Bf16DotRouteEnabled();
+// The path kAuto takes now for a bf16-weight GemmNT with m rows when that path rounds A to
+// bf16 (kAmx or kPackedBf16), else kAuto (the f32-exact routes). Tests size their bounds by it.
+GemmIsa AutoBf16Route(int64_t m);
 
 // GemmNT with the path forced. Aborts if `isa` is not supported here.
 void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,

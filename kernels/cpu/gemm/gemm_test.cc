@@ -49,10 +49,8 @@ double RoundingBound(GemmIsa isa, DType dtype, int64_t m) {
     case GemmIsa::kAmx:
       return dtype == DType::kBF16 ? kOne : dtype == DType::kF32 ? kBoth : 0.0;
     case GemmIsa::kAuto:
-      return dtype == DType::kBF16 && m >= gemm_internal::AmxMinRows() &&
-                     gemm_internal::AmxRouteEnabled()
-                 ? kOne
-                 : 0.0;
+      return dtype == DType::kBF16 && gemm_internal::AutoBf16Route(m) != GemmIsa::kAuto ? kOne
+                                                                                         : 0.0;
     default:
       return 0.0;
   }

@@ -32,8 +32,9 @@ struct Args {
   float* c;
   int64_t ldc;
   float beta;
-  // f32 only (PackedSgemm): A stored [k, m] (element (i, q) at a[q * lda + i]), B stored
-  // [k, n] (element (j, q) at b[q * ldb + j]) instead of the rows of the Linear shape.
+  // A stored [k, m] (element (i, q) at a[q * lda + i]; PackedSgemm), B stored
+  // [k, n] (element (j, q) at b[q * ldb + j]; f32, or bf16 on the bf16 path: PackedGemmNN)
+  // instead of the rows of the Linear shape.
   bool a_kmajor = false, b_kmajor = false;
 };
 
@@ -237,6 +238,56 @@ CCTUNE_TARGET_AVX512 void PackBAvx512Bf16Pairs(const Args& p, int64_t j0, int nr
       const int64_t valid = LoadTransposed16(p, j0 + 16 * h, rows, p0, q0, klen, w);
       uint32_t* dq = dst + 16 * h + q0 / 2 * NR;
       for (int64_t t = 0; 2 * t < valid; ++t) _mm512_storeu_si512(dq + t * NR, w[t]);
+    }
+  }
+}
+
+// k-major bf16 B (PackedGemmNN, B stored [k, n]): a pair of B's rows (k-steps 2s, 2s + 1) gives
+// a micro-panel step directly, each 32-bit word B[2s][j] | B[2s + 1][j] << 16, columns past nr
+// and an odd klen's missing high half zero.
+CCTUNE_TARGET_AVX512 void PackKMajorBf16Pairs(const Args& p, int64_t j0, int nr, int64_t p0,
+                                          int64_t klen, uint32_t* dst) {
+  constexpr int NR = 32;
+  const uint16_t* b = static_cast<const uint16_t*>(p.b);
+  const int64_t steps = (klen + 1) / 2;
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* r0 = b + (p0 + 2 * s) * p.ldb + j0;
+    const uint16_t* r1 = 2 * s + 1 < klen ? r0 + p.ldb : nullptr;
+    for (int h = 0; h < 2; ++h) {
+      const int cols = std::clamp(nr - 16 * h, 0, 16);
+      const __mmask16 mk = static_cast<__mmask16>((1u << cols) - 1u);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r0 + 16 * h));
+      const __m512i hi = r1 != nullptr
+                             ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, r1 + 16 * h))
+                             : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + s * NR + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// k-major f32 operand to bf16 pairs (the bf16 dot path of PackedSgemm: dYᵀ's strips, X's
+// micro-panels): per k-step pair, W words bf16(row 2s)[c] | bf16(row 2s + 1)[c] << 16, rounded
+// to nearest even by vcvtneps2bf16; columns past w and an odd klen's missing half zero.
+template <int W>
+CCTUNE_TARGET_AVX512BF16 void PackKMajorF32Bf16Pairs(const float* first, int64_t ld, int w,
+                                                     int64_t p0, int64_t klen, uint32_t* dst) {
+  const int64_t steps = (klen + 1) / 2;
+  for (int64_t s = 0; s < steps; ++s) {
+    const float* r0 = first + (p0 + 2 * s) * ld;
+    const float* r1 = 2 * s + 1 < klen ? r0 + ld : nullptr;
+    for (int c0 = 0; c0 < W; c0 += 16) {
+      const int cols = std::clamp(w - c0, 0, 16);
+      const __mmask16 mk = static_cast<__mmask16>((1u << cols) - 1u);
+      const __m512i lo = _mm512_cvtepu16_epi32(
+          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, r0 + c0))));
+      const __m512i hi =
+          r1 != nullptr ? _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(
+                              _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, r1 + c0))))
+                        : _mm512_setzero_si512();
+      const __m512i word = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      const int width = std::min(16, W - c0);
+      _mm512_mask_storeu_epi32(dst + s * W + c0, static_cast<__mmask16>((1u << width) - 1u),
+                               word);
     }
   }
 }
@@ -529,6 +580,11 @@ void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int
               } else {
                 P::PackB(p, jc + jr, nr, p0, klen, bp);
               }
+            } else if (p.b_kmajor && p.b_dtype == DType::kF32) {
+              PackKMajorF32Bf16Pairs<NR>(static_cast<const float*>(p.b) + jc + jr, p.ldb, nr, p0,
+                                         klen, bp);
+            } else if (p.b_kmajor) {
+              PackKMajorBf16Pairs(p, jc + jr, nr, p0, klen, bp);
             } else {
               P::PackB(p, jc + jr, nr, p0, klen, bp);
             }
@@ -586,12 +642,15 @@ void RunPacked(const Args& p) {
     for (int64_t t = 0; t < kblocks * strips; ++t) {
       const int64_t kb = t / strips, st = t % strips, p0 = kb * kc;
       const int mr = static_cast<int>(std::min<int64_t>(MR, p.m - st * MR));
-      if constexpr (std::is_same_v<T, float>) {
-        if (p.a_kmajor) {
+      if (p.a_kmajor) {
+        if constexpr (std::is_same_v<T, float>) {
           PackKMajorF32<MR>(p.a + st * MR, p.lda, mr, p0, std::min(kc, p.k - p0),
                             apack + t * strip_elems);
-          continue;
+        } else {
+          PackKMajorF32Bf16Pairs<MR>(p.a + st * MR, p.lda, mr, p0, std::min(kc, p.k - p0),
+                                     apack + t * strip_elems);
         }
+        continue;
       }
       P::PackA(p, st * MR, mr, p0, std::min(kc, p.k - p0), apack + t * strip_elems);
     }
@@ -678,10 +737,39 @@ void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
   Run(isa, p);
 }
 
+void PackedGemmNN(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta) {
+  CCTUNE_CHECK((isa == PackedIsa::kAvx512Bf16) == (b_dtype == DType::kBF16) &&
+                   (b_dtype == DType::kBF16 || b_dtype == DType::kF32),
+               "PackedGemmNN: bf16 B takes the avx512_bf16 path and f32 B an f32 path, got ",
+               DTypeName(b_dtype), " B on ", PackedIsaName(isa));
+  if (b_dtype == DType::kF32) {
+    PackedSgemm(isa, false, false, m, n, k, a, lda, static_cast<const float*>(b), ldb, c, ldc,
+                beta);
+    return;
+  }
+  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedGemmNN: path ", PackedIsaName(isa),
+               " is not supported on this CPU");
+  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedGemmNN: negative size m=", m, " n=", n,
+               " k=", k);
+  CCTUNE_CHECK(m <= 1 || lda >= k, "PackedGemmNN: lda (", lda, ") < k (", k, ")");
+  CCTUNE_CHECK(k <= 1 || ldb >= n, "PackedGemmNN: ldb (", ldb, ") < n (", n, ")");
+  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedGemmNN: ldc (", ldc, ") < n (", n, ")");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    ScaleC(m, n, c, ldc, beta);
+    return;
+  }
+  Args p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
+  p.b_kmajor = true;
+  Run(isa, p);
+}
+
 void PackedSgemm(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                  float beta) {
-  CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16, "PackedSgemm: the avx512_bf16 path is GemmNT's");
+  CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16 || !trans_b,
+               "PackedSgemm: the avx512_bf16 path takes B as [k, n] (trans_b false)");
   CCTUNE_CHECK(PackedIsaSupported(isa), "PackedSgemm: path ", PackedIsaName(isa),
                " is not supported on this CPU");
   CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedSgemm: negative size m=", m, " n=", n,

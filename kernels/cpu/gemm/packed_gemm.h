@@ -53,13 +53,22 @@ PackedBlocking PackedGemmBlocking(PackedIsa isa);
 void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
 
+// C[m, n] = A[m, k] · B[k, n] + beta·C with B stored row-major [k, n] (ldb >= n): the training
+// GEMM dX = dY·W for weights as stored. bf16 B on kAvx512Bf16 (A rounded to bf16 as for
+// PackedGemmNT; B's row pairs packed straight into bf16-pair micro-panels), or f32 B on an f32
+// path (PackedSgemm). Other combinations, unsupported paths, bad sizes or strides: CHECK.
+void PackedGemmNN(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta);
+
 // C[m, n] = op(A)[m, k] · op(B)[k, n] + beta·C, all f32 row-major, as SgemmStrided (gemm.h):
 // op(A) = A [m, k] (lda >= k) or, trans_a, Aᵀ of A [k, m] (lda >= m); op(B) = B [k, n]
 // (ldb >= n) or, trans_b, Bᵀ of B [n, k] (ldb >= k). The training GEMMs: x·Wᵀ is
 // (false, true), dY·W (false, false), dYᵀ·X (true, false). k-major operands are packed by
 // plain copies (each k-step's values are contiguous), rows by the in-register transposes;
 // same micro-kernels, blocking and threading as PackedGemmNT. `isa`: kScalar, kAvx2 or
-// kAvx512 (CHECKed, with sizes and strides).
+// kAvx512; or kAvx512Bf16 with trans_b false (dY·W, dYᵀ·X), which rounds both A and B to bf16
+// (to nearest even) while packing: |err| <= ~2^-7 · sum_k |a·b| (CHECKed, with sizes and
+// strides).
 void PackedSgemm(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                  float beta);

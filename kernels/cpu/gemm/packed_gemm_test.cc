@@ -170,7 +170,9 @@ void CheckSgemmCase(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_
   Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
   const std::vector<double> c0 = c.stored;
   PackedSgemm(isa, trans_a, trans_b, m, n, k, a.f32(), a.ld, b.f32(), b.ld, c.f32(), c.ld, beta);
-  const double tol = kEps32 * (k / 4.0 + 8.0);
+  // The bf16 dot path rounds both operands: (1 + 2^-8)^2 - 1 < 2^-7 + 2^-16.
+  const double tol =
+      kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 128 + 1.0 / 65536 : 0);
   const std::string what = absl::StrCat(PackedIsaName(isa), " trans_a=", trans_a, " trans_b=",
                                         trans_b, " m=", m, " n=", n, " k=", k, " pad=", pad,
                                         " beta=", beta);
@@ -216,12 +218,90 @@ TEST_P(PackedGemmTest, SgemmTransposedOperandsMatchFp64) {
   EXPECT_EQ(cases, 4 * 3 * 3 * 3 * 3);
 }
 
+// The bf16 dot path of PackedSgemm (dY·W, dYᵀ·X of bf16 training: trans_b false), at
+// avx512_bf16 only: both operands rounded to bf16.
+TEST_P(PackedGemmTest, SgemmBf16DotMatchesFp64) {
+  if (PathOf(GetParam()) != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "needs avx512_bf16";
+  const PackedIsa isa = PackedIsa::kAvx512Bf16;
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  uint64_t seed = 400;
+  for (bool trans_a : {false, true}) {
+    for (int64_t m : {int64_t{1}, int64_t{bl.mr + 1}, int64_t{2 * bl.mr + 5}}) {
+      for (int64_t n : {int64_t{1}, int64_t{bl.nr - 1}, int64_t{2 * bl.nr + 3}}) {
+        for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{17}, bl.kc + 3}) {
+          for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 2}}) {
+            CheckSgemmCase(isa, trans_a, false, m, n, k, pad, beta, seed++);
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  CheckSgemmCase(isa, true, false, bl.mc + bl.mr + 3, 2 * bl.nr + 3, 2 * bl.kc + 5, 1, 1.f, 41);
+  CheckSgemmCase(isa, false, false, 9, bl.nc + bl.nr + 5, 40, 0, 0.f, 42);
+}
+
 // A training-sized dW (dYᵀ·X, several m blocks and k blocks) and dX (dY·W, n blocks).
 TEST_P(PackedGemmTest, SgemmCrossesCacheBlocks) {
   const PackedIsa isa = F32PathOf(GetParam());
   const PackedBlocking bl = PackedGemmBlocking(isa);
   CheckSgemmCase(isa, true, false, bl.mc + bl.mr + 3, 2 * bl.nr + 3, 2 * bl.kc + 5, 1, 1.f, 21);
   CheckSgemmCase(isa, false, false, 9, bl.nc + bl.nr + 5, 40, 0, 0.f, 22);
+}
+
+// PackedGemmNN (dX = dY·W for weights as stored: B [k, n] row-major): bf16 B on the bf16 dot
+// path (A rounded to bf16, as PackedGemmNT's) at avx512_bf16, f32 B on the level's f32 path;
+// sizes around the tile, pair and block edges, odd k (a half pair), NaN-padded strides.
+void CheckNNCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
+                 float beta, uint64_t seed) {
+  Generator gen(seed);
+  Operand a(m, k, k + pad, DType::kF32, &gen), b(k, n, n + pad + 1, dtype, &gen);
+  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
+  const std::vector<double> c0 = c.stored;
+  PackedGemmNN(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
+  const std::string what = absl::StrCat("NN ", PackedIsaName(isa), " ", DTypeName(dtype), " m=",
+                                        m, " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
+    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
+    for (int64_t q = 0; q < k; ++q) {
+      const double prod = a.stored[i * k + q] * b.stored[q * n + j];
+      want += prod;
+      scale += std::fabs(prod);
+    }
+    return std::pair<double, double>{want, scale};
+  });
+}
+
+TEST_P(PackedGemmTest, GemmNNMatchesFp64) {
+  const PackedIsa isa = PathOf(GetParam());
+  const DType dtype = isa == PackedIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32;
+  const PackedBlocking bl = PackedGemmBlocking(isa);
+  uint64_t seed = 300;
+  int cases = 0;
+  for (int64_t m : {int64_t{1}, int64_t{bl.mr + 1}, int64_t{2 * bl.mr + 5}}) {
+    for (int64_t n : {int64_t{1}, int64_t{bl.nr - 1}, int64_t{2 * bl.nr + 3}}) {
+      for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{17}, bl.kc + 3}) {
+        for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 2}}) {
+          CheckNNCase(isa, dtype, m, n, k, pad, beta, seed++);
+          if (HasFailure()) return;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 3 * 4 * 3);
+  // Several m, n and k blocks, and a shape that splits m across threads.
+  CheckNNCase(isa, dtype, bl.mc + bl.mr + 3, bl.nc + bl.nr + 5, 2 * bl.kc + 1, 1, 1.f, 31);
+  CheckNNCase(isa, dtype, 300, 5, 45, 0, 0.f, 32);
+}
+
+TEST(PackedGemmNNTest, RejectsBf16OnAnF32Path) {
+  const float a = 1.f;
+  const bf16 b{};
+  float c = 0.f;
+  EXPECT_DEATH(PackedGemmNN(PackedIsa::kScalar, 1, 1, 1, &a, 1, &b, DType::kBF16, 1, &c, 1, 0.f),
+               "bf16 B takes the avx512_bf16 path");
 }
 
 TEST(PackedSgemmTest, ZeroKScalesC) {
