@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/device.h"
 #include "core/random.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/op_types.h"
 
@@ -28,6 +29,12 @@ class OpBackend {
   virtual absl::Status Embedding(Tensor& out, const Tensor& table, const Tensor& ids) = 0;
   virtual absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight,
                                float eps) = 0;
+  // sum = a + b; norm = RmsNorm(sum). The default runs the two ops (a backend may fuse them).
+  virtual absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                                  const Tensor& weight, float eps) {
+    CCTUNE_RETURN_IF_ERROR(Add(sum, a, b));
+    return RmsNorm(norm, sum, weight, eps);
+  }
   virtual absl::Status RopeCache(Tensor& cos, Tensor& sin, const Tensor& inv_freq) = 0;
   virtual absl::Status Rope(Tensor& out, const Tensor& x, const Tensor& cos, const Tensor& sin,
                             const Tensor& positions, ops::RopePairing pairing) = 0;

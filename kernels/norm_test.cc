@@ -123,6 +123,50 @@ TEST(RmsNormTest, InPlace) {
   ExpectClose(Values(x), want, {0.0}, 1e-5, "RmsNorm in place");
 }
 
+// The fused residual add + norm is bit-identical to Add then RmsNorm, for every dtype of the
+// inputs, the sum and the output, every layout, and with the sum written over an input; the
+// unfused pair is itself checked against fp64 above (RmsNorm) and in elementwise_test (Add).
+TEST(AddRmsNormTest, BitIdenticalToAddThenRmsNorm) {
+  Generator gen(36);
+  int cases = 0;
+  for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (DType sum_t : {DType::kF32, DType::kBF16}) {
+      for (Layout layout : testing::kAllLayouts) {
+        for (bool over_a : {false, true}) {
+          const Tensor a0 = WithLayout(Randn({2, 5, 37}, in, gen), layout);
+          const Tensor b = WithLayout(Randn({2, 5, 37}, in, gen), layout);
+          const Tensor w = Randn({37}, DType::kF32, gen);
+          Tensor sum_ref = ValueOrDie(Tensor::Empty(a0.shape(), sum_t));
+          Tensor norm_ref = ValueOrDie(Tensor::Empty(a0.shape(), DType::kF32));
+          ASSERT_TRUE(ops::Add(sum_ref, a0, b).ok());
+          ASSERT_TRUE(ops::RmsNorm(norm_ref, sum_ref, w, 1e-5f).ok());
+          Tensor a = ValueOrDie(a0.Contiguous());
+          if (over_a && in != sum_t) continue;  // the sum over a needs a's dtype
+          Tensor sum = over_a ? a : WithLayout(ValueOrDie(Tensor::Empty(a0.shape(), sum_t)), layout);
+          Tensor norm = WithLayout(ValueOrDie(Tensor::Empty(a0.shape(), DType::kF32)), layout);
+          ASSERT_TRUE(ops::AddRmsNorm(sum, norm, a, b, w, 1e-5f).ok());
+          EXPECT_EQ(Values(sum), Values(sum_ref)) << DTypeName(in) << " " << DTypeName(sum_t);
+          EXPECT_EQ(Values(norm), Values(norm_ref)) << DTypeName(in) << " " << DTypeName(sum_t);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 20);
+  // Errors name the tensor and the value.
+  const Tensor a = Randn({2, 8}, DType::kF32, gen);
+  Tensor out = ValueOrDie(Tensor::Empty({2, 8}, DType::kF32));
+  Tensor bad = ValueOrDie(Tensor::Empty({2, 4}, DType::kF32));
+  const Tensor w = Randn({8}, DType::kF32, gen);
+  absl::Status st = ops::AddRmsNorm(out, bad, a, a, w, 1e-5f);
+  EXPECT_NE(st.message().find("AddRmsNorm: norm has shape [2, 4]; expected [2, 8]"),
+            std::string::npos)
+      << st;
+  st = ops::AddRmsNorm(out, out, a, a, w, -2.f);
+  EXPECT_NE(st.message().find("AddRmsNorm: eps (-2) must be finite and >= 0"), std::string::npos)
+      << st;
+}
+
 class SoftmaxTest : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};
 
 TEST_P(SoftmaxTest, MatchesReference) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -224,6 +225,32 @@ absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float e
     return Invalid(StrCat(kOp, ": eps (", eps, ") must be finite and >= 0"));
   }
   return Dispatch(device, [&](OpBackend* be) { return be->RmsNorm(out, x, weight, eps); });
+}
+
+absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                        const Tensor& weight, float eps) {
+  constexpr const char* kOp = "AddRmsNorm";
+  CCTUNE_ASSIGN_OR_RETURN(Device device, CheckArgs(kOp, {{"sum", &sum},
+                                                         {"norm", &norm},
+                                                         {"a", &a},
+                                                         {"b", &b},
+                                                         {"weight", &weight}}));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"a", &a},
+                                {"b", &b}, {"sum", &sum}, {"norm", &norm}, {"weight", &weight}}) {
+    CCTUNE_RETURN_IF_ERROR(CheckFloat(kOp, name, *t));
+  }
+  if (a.dim() < 1) return Invalid(StrCat(kOp, ": a is 0-d; expected [..., d]"));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "b", b, a.shape()));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "sum", sum, a.shape()));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "norm", norm, a.shape()));
+  CCTUNE_RETURN_IF_ERROR(CheckShape(kOp, "weight", weight, {a.size(-1)}));
+  CCTUNE_RETURN_IF_ERROR(CheckWritable(kOp, "sum", sum));
+  CCTUNE_RETURN_IF_ERROR(CheckWritable(kOp, "norm", norm));
+  if (!(eps >= 0.f) || !std::isfinite(eps)) {
+    return Invalid(StrCat(kOp, ": eps (", eps, ") must be finite and >= 0"));
+  }
+  return Dispatch(device,
+                  [&](OpBackend* be) { return be->AddRmsNorm(sum, norm, a, b, weight, eps); });
 }
 
 absl::StatusOr<Tensor> RopeInvFrequencies(int64_t head_dim, double base,

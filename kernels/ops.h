@@ -43,6 +43,11 @@ absl::Status Embedding(Tensor& out, const Tensor& table, const Tensor& ids);
 // The mean and scale are computed in f32; (x·rsqrt) is rounded to x's dtype before
 // multiplying by weight only when x is not f32 (as torchtune's RMSNorm does via type_as).
 absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
+// sum = a + b, then norm = RmsNorm(sum, weight, eps) from sum as stored: the residual add and
+// the next norm of a decoder layer in one pass (CPU fused; other backends run the two ops).
+// a, b, sum and norm share one shape [..., d]; sum may be a or b itself, norm neither.
+absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                        const Tensor& weight, float eps);
 
 // theta_i = 1 / base^(2i / h_d) for i in [0, h_d/2), computed the way torchtune does (f32),
 // then scaled when `scaling` is given. Returns a CPU f32 tensor [h_d/2].

@@ -18,6 +18,15 @@ absl::Status RMSNorm::Forward(Tensor& out, const Tensor& x) const {
   return ops::RmsNorm(out, x, scale_.value, eps_);
 }
 
+absl::Status RMSNorm::AddForward(Tensor& sum, Tensor& out, const Tensor& a,
+                                const Tensor& b) const {
+  if (!scale_.value.defined()) {
+    return absl::FailedPreconditionError(
+        "RMSNorm: parameters are not materialised (create a ParameterArena first)");
+  }
+  return ops::AddRmsNorm(sum, out, a, b, scale_.value, eps_);
+}
+
 absl::Status RMSNorm::Backward(Tensor& dx, const Tensor& dy, const Tensor& x,
                                ActivationStore& store) const {
   return ops::RmsNormBackward(dx, store.Grad(scale_.value), dy, x, scale_.value, eps_);

@@ -23,6 +23,9 @@ class RMSNorm : public Module {
 
   // out [..., dim] = rmsnorm(x [..., dim]); out may be x itself.
   absl::Status Forward(Tensor& out, const Tensor& x) const;
+  // sum = a + b and out = rmsnorm(sum) in one pass (ops::AddRmsNorm): a decoder layer's
+  // residual add and its next norm. Bit-identical to Add then Forward.
+  absl::Status AddForward(Tensor& sum, Tensor& out, const Tensor& a, const Tensor& b) const;
   // dx += d(rmsnorm)/dx · dy and scale's gradient += (unless frozen); x is the forward's input.
   absl::Status Backward(Tensor& dx, const Tensor& dy, const Tensor& x,
                         ActivationStore& store) const;

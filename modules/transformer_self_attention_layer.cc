@@ -71,8 +71,8 @@ absl::Status TransformerSelfAttentionLayer::Forward(Tensor& out, const Tensor& x
   FeedForward::Activations* mlp_acts = acts != nullptr ? &acts->mlp : nullptr;
   CCTUNE_RETURN_IF_ERROR(sa_norm_->Forward(xn1, x));  // [b, s, d]
   CCTUNE_RETURN_IF_ERROR(attn_->Forward(branch, xn1, mask, input_pos, attn_acts, store));
-  CCTUNE_RETURN_IF_ERROR(ops::Add(h, x, branch));  // h = x + attn
-  CCTUNE_RETURN_IF_ERROR(mlp_norm_->Forward(xn2, h));
+  // h = x + attn and xn2 = mlp_norm(h), one pass (fused residual add + norm).
+  CCTUNE_RETURN_IF_ERROR(mlp_norm_->AddForward(h, xn2, x, branch));
   CCTUNE_RETURN_IF_ERROR(mlp_->Forward(branch, xn2, mlp_acts, store));
   // out = h + mlp; x is not read after this point.
   CCTUNE_RETURN_IF_ERROR(ops::Add(out, h, branch));

@@ -58,6 +58,11 @@ class CpuBackend final : public OpBackend {
     ScopedOpTimer t(C::kElementwiseForward, 0, Bytes(out, x, weight));
     return cpu::RmsNorm(out, x, weight, eps);
   }
+  absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                          const Tensor& weight, float eps) override {
+    ScopedOpTimer t(C::kElementwiseForward, 0, Bytes(sum, norm, a) + Bytes(b, weight));
+    return cpu::AddRmsNorm(sum, norm, a, b, weight, eps);
+  }
   absl::Status RopeCache(Tensor& cos, Tensor& sin, const Tensor& inv_freq) override {
     ScopedOpTimer t(C::kElementwiseForward, 0, Bytes(cos, sin, inv_freq));
     return cpu::RopeCache(cos, sin, inv_freq);

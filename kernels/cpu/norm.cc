@@ -40,6 +40,48 @@ absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float e
   return absl::OkStatus();
 }
 
+absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                        const Tensor& weight, float eps) {
+  const RowIndexer ar(a.strided_view()), br(b.strided_view()), sr(sum.strided_view()),
+      nr(norm.strided_view());
+  const int64_t d = ar.row_length(), rows = ar.rows();
+  if (rows == 0 || d == 0) return absl::OkStatus();
+  FloatBuffer w(d);
+  LoadF32(weight.raw_data(), weight.dtype(), weight.stride(0), d, w.data());
+  const float* wp = w.data();
+  const DType at = a.dtype(), bt = b.dtype(), st = sum.dtype(), nt = norm.dtype();
+  const void* abase = a.raw_data();
+  const void* bbase = b.raw_data();
+  void* sbase = sum.raw_data();
+  void* nbase = norm.raw_data();
+#pragma omp parallel if (rows * d >= (1 << 14))
+  {
+    FloatBuffer abuf(d), bbuf(d), hbuf(d), ybuf(d);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* as = LoadF32Or(ElemAddr(abase, at, ar.Offset(r)), at, ar.inner_stride(), d,
+                                  abuf.data());
+      const float* bs = LoadF32Or(ElemAddr(bbase, bt, br.Offset(r)), bt, br.inner_stride(), d,
+                                  bbuf.data());
+      float* h = hbuf.data();
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) h[i] = as[i] + bs[i];
+      RoundTo(st, h, d);  // the sum as Add stores it, which RmsNorm would read back
+      StoreF32(h, ElemAddr(sbase, st, sr.Offset(r)), st, sr.inner_stride(), d);
+      float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < d; ++i) ss += h[i] * h[i];
+      const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+      float* y = ybuf.data();
+      for (int64_t i = 0; i < d; ++i) y[i] = h[i] * rstd;
+      RoundTo(st, y, d);  // torchtune's type_as, as RmsNorm
+      for (int64_t i = 0; i < d; ++i) y[i] *= wp[i];
+      StoreF32(y, ElemAddr(nbase, nt, nr.Offset(r)), nt, nr.inner_stride(), d);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Softmax(Tensor& out, const Tensor& x) {
   const RowIndexer xr(x.strided_view()), orow(out.strided_view());
   const int64_t d = xr.row_length(), rows = xr.rows();

@@ -11,6 +11,11 @@ namespace cctune {
 namespace cpu {
 
 absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float eps);
+// sum = a + b, then norm = RmsNorm(sum) (from sum as stored, rounded to sum's dtype), in one
+// pass over the rows: the residual add and the next norm of a decoder layer. Bit-identical to
+// Add followed by RmsNorm. Same shapes throughout; sum may be a or b itself.
+absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor& b,
+                        const Tensor& weight, float eps);
 // A row whose entries are all -inf gives NaN, as torch.softmax does.
 absl::Status Softmax(Tensor& out, const Tensor& x);
 
