@@ -565,24 +565,7 @@ class MpiProcessGroup final : public ProcessGroup {
       rc = MPI_Iallgather(&mine, sizeof(ProcessId), MPI_BYTE, peers_.data(), sizeof(ProcessId),
                           MPI_BYTE, side_, &req);
     }
-    if (rc != MPI_SUCCESS) {
-      return absl::UnavailableError(
-          absl::StrCat("creating the MPI process group: ", MpiErrorString(rc)));
-    }
-    Arrival call;
-    call.kind = static_cast<int32_t>(Kind::kBarrier);
-    bool timed_out = false;
-    absl::Status s = Poll(&req, 1, deadline, call, &timed_out);
-    if (timed_out) {
-      broken_ = absl::DeadlineExceededError("creating the group timed out");
-      requests_left_ = true;
-      rt_->MarkFailed();
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "creating the MPI process group on rank %d timed out after %g s: a rank did not "
-          "create its group (every rank creates its groups in the same order)",
-          rank_, timeout_));
-    }
-    CCTUNE_RETURN_IF_ERROR(s);
+    CCTUNE_RETURN_IF_ERROR(AwaitCreation(rc, &req, deadline));
     watched_.assign(size_, false);
     // CCTUNE_MPI_WATCH_PEERS=0: the timeout alone, as for ranks on other nodes (tests).
     if (const char* w = std::getenv("CCTUNE_MPI_WATCH_PEERS"); w != nullptr && std::strcmp(w, "0") == 0) {
@@ -667,14 +650,23 @@ class MpiProcessGroup final : public ProcessGroup {
       auto lock = rt_->Lock();
       rc = MPI_Comm_idup(from, to, &req);
     }
-    Arrival call;
-    call.kind = static_cast<int32_t>(Kind::kBarrier);
+    CCTUNE_RETURN_IF_ERROR(AwaitCreation(rc, &req, deadline));
+    auto lock = rt_->Lock();
+    MPI_Comm_set_errhandler(*to, MPI_ERRORS_RETURN);
+    return absl::OkStatus();
+  }
+
+  // A request of the group's creation (rc: what starting it returned) waited for until the
+  // deadline, as a barrier; a timeout breaks the group and names the likely cause.
+  absl::Status AwaitCreation(int rc, MPI_Request* req, Clock::time_point deadline) {
     if (rc != MPI_SUCCESS) {
       return absl::UnavailableError(
           absl::StrCat("creating the MPI process group: ", MpiErrorString(rc)));
     }
+    Arrival call;
+    call.kind = static_cast<int32_t>(Kind::kBarrier);
     bool timed_out = false;
-    absl::Status s = Poll(&req, 1, deadline, call, &timed_out);
+    absl::Status s = Poll(req, 1, deadline, call, &timed_out);
     if (timed_out) {
       broken_ = absl::DeadlineExceededError("creating the group timed out");
       requests_left_ = true;
@@ -684,10 +676,7 @@ class MpiProcessGroup final : public ProcessGroup {
           "create its group (every rank creates its groups in the same order)",
           rank_, timeout_));
     }
-    CCTUNE_RETURN_IF_ERROR(s);
-    auto lock = rt_->Lock();
-    MPI_Comm_set_errhandler(*to, MPI_ERRORS_RETURN);
-    return absl::OkStatus();
+    return s;
   }
 
   static constexpr int kTag = 7;

@@ -50,22 +50,19 @@ void ExpectRoundedGradClose(const std::vector<double>& actual, const std::vector
 }
 
 // sum_j |dy[r, j] · w[j, q]| (dx's products) and sum_r |dy[r, j] · x[r, q]| (dw's).
-std::vector<double> DxMagnitude(const std::vector<double>& dy, const std::vector<double>& w,
-                                int64_t m, int64_t n, int64_t k) {
-  std::vector<double> mag(m * k, 0.0);
+struct Magnitudes {
+  std::vector<double> dx, dw;
+};
+Magnitudes ProductMagnitudes(const std::vector<double>& dy, const std::vector<double>& x,
+                             const std::vector<double>& w, int64_t m, int64_t n, int64_t k) {
+  Magnitudes mag{std::vector<double>(m * k, 0.0), std::vector<double>(n * k, 0.0)};
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t j = 0; j < n; ++j) {
-      for (int64_t q = 0; q < k; ++q) mag[r * k + q] += std::fabs(dy[r * n + j] * w[j * k + q]);
-    }
-  }
-  return mag;
-}
-std::vector<double> DwMagnitude(const std::vector<double>& dy, const std::vector<double>& x,
-                                int64_t m, int64_t n, int64_t k) {
-  std::vector<double> mag(n * k, 0.0);
-  for (int64_t r = 0; r < m; ++r) {
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t q = 0; q < k; ++q) mag[j * k + q] += std::fabs(dy[r * n + j] * x[r * k + q]);
+      const double g = std::fabs(dy[r * n + j]);
+      for (int64_t q = 0; q < k; ++q) {
+        mag.dx[r * k + q] += g * std::fabs(w[j * k + q]);
+        mag.dw[j * k + q] += g * std::fabs(x[r * k + q]);
+      }
     }
   }
   return mag;
@@ -133,10 +130,11 @@ TEST_P(LinearBackwardTest, MatchesFiniteDifferences) {
           [&](const std::vector<double>& p) { return LinearLoss(vx, p, bias, vdy, m, c.n, c.k); },
           vw);
       if (Bf16DotRoutes(wdt)) {
-        ExpectRoundedGradClose(Minus(Values(dx), dx0), gx, DxMagnitude(vdy, vw, m, c.n, c.k),
-                               kOneRounded, "dx (bf16 dot) " + what);
-        ExpectRoundedGradClose(Minus(Values(dw), dw0), gw, DwMagnitude(vdy, vx, m, c.n, c.k),
-                               kTwoRounded, "dw (bf16 dot) " + what);
+        const Magnitudes mag = ProductMagnitudes(vdy, vx, vw, m, c.n, c.k);
+        ExpectRoundedGradClose(Minus(Values(dx), dx0), gx, mag.dx, kOneRounded,
+                               "dx (bf16 dot) " + what);
+        ExpectRoundedGradClose(Minus(Values(dw), dw0), gw, mag.dw, kTwoRounded,
+                               "dw (bf16 dot) " + what);
       } else {
         ExpectGradClose(Minus(Values(dx), dx0), gx, kTol, "dx " + what);
         ExpectGradClose(Minus(Values(dw), dw0), gw, kTol, "dw " + what);
@@ -202,11 +200,9 @@ TEST_P(LinearBackwardLargeTest, BlasPathMatchesReference) {
     std::vector<double> rdx, rdw, rdb;
     ReferenceGrads(Values(x), Values(w), Values(dy), m, n, k, &rdx, &rdw, &rdb);
     if (Bf16DotRoutes(wdt)) {
-      const auto vx = Values(x), vw = Values(w), vdy = Values(dy);
-      ExpectRoundedGradClose(Values(dx), rdx, DxMagnitude(vdy, vw, m, n, k), kOneRounded,
-                             "large dx, w bf16 (bf16 dot)");
-      ExpectRoundedGradClose(Values(dw), rdw, DwMagnitude(vdy, vx, m, n, k), kTwoRounded,
-                             "large dw, w bf16 (bf16 dot)");
+      const Magnitudes mag = ProductMagnitudes(Values(dy), Values(x), Values(w), m, n, k);
+      ExpectRoundedGradClose(Values(dx), rdx, mag.dx, kOneRounded, "large dx, w bf16 (bf16 dot)");
+      ExpectRoundedGradClose(Values(dw), rdw, mag.dw, kTwoRounded, "large dw, w bf16 (bf16 dot)");
     } else {
       ExpectGradClose(Values(dx), rdx, kTol, absl::StrCat("large dx, w ", DTypeName(wdt)));
       ExpectGradClose(Values(dw), rdw, kTol, absl::StrCat("large dw, w ", DTypeName(wdt)));
@@ -233,8 +229,8 @@ TEST_P(LinearBackwardLargeTest, BlockedBf16WeightsForDx) {
   }
   // sum over 70001 terms: f32 accumulation error grows with the length.
   if (Bf16DotRoutes(DType::kBF16)) {
-    ExpectRoundedGradClose(Values(dx), want, DxMagnitude(vdy, vw, m, n, k), kOneRounded + 1e-4,
-                           "bf16 dx (bf16 dot)");
+    const Magnitudes mag = ProductMagnitudes(vdy, Values(x), vw, m, n, k);
+    ExpectRoundedGradClose(Values(dx), want, mag.dx, kOneRounded + 1e-4, "bf16 dx (bf16 dot)");
   } else {
     ExpectGradClose(Values(dx), want, 1e-4, "blocked bf16 dx");
   }

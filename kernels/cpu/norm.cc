@@ -8,6 +8,21 @@
 namespace cctune {
 namespace cpu {
 
+namespace {
+// y = rmsnorm(x) · w for one row of d values held in f32 (x read before y is written: y may be
+// x's buffer). torchtune rounds the normalised x to x's dtype `xt` (type_as) before the weight
+// multiply.
+void NormalizeRow(const float* x, int64_t d, DType xt, const float* w, float eps, float* y) {
+  float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+  for (int64_t i = 0; i < d; ++i) y[i] = x[i] * rstd;
+  RoundTo(xt, y, d);
+  for (int64_t i = 0; i < d; ++i) y[i] *= w[i];
+}
+}  // namespace
+
 absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float eps) {
   const RowIndexer xr(x.strided_view()), orow(out.strided_view());
   const int64_t d = xr.row_length(), rows = xr.rows();
@@ -26,14 +41,7 @@ absl::Status RmsNorm(Tensor& out, const Tensor& x, const Tensor& weight, float e
     for (int64_t r = 0; r < rows; ++r) {
       float* y = buf.data();
       const float* xs = LoadF32Or(ElemAddr(xbase, xt, xr.Offset(r)), xt, xr.inner_stride(), d, y);
-      float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < d; ++i) ss += xs[i] * xs[i];
-      const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-      for (int64_t i = 0; i < d; ++i) y[i] = xs[i] * rstd;
-      // torchtune rounds the normalised x to x's dtype (type_as) before the weight multiply.
-      RoundTo(xt, y, d);
-      for (int64_t i = 0; i < d; ++i) y[i] *= wp[i];
+      NormalizeRow(xs, d, xt, wp, eps, y);
       StoreF32(y, ElemAddr(obase, ot, orow.Offset(r)), ot, orow.inner_stride(), d);
     }
   }
@@ -68,14 +76,8 @@ absl::Status AddRmsNorm(Tensor& sum, Tensor& norm, const Tensor& a, const Tensor
       for (int64_t i = 0; i < d; ++i) h[i] = as[i] + bs[i];
       RoundTo(st, h, d);  // the sum as Add stores it, which RmsNorm would read back
       StoreF32(h, ElemAddr(sbase, st, sr.Offset(r)), st, sr.inner_stride(), d);
-      float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < d; ++i) ss += h[i] * h[i];
-      const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
       float* y = ybuf.data();
-      for (int64_t i = 0; i < d; ++i) y[i] = h[i] * rstd;
-      RoundTo(st, y, d);  // torchtune's type_as, as RmsNorm
-      for (int64_t i = 0; i < d; ++i) y[i] *= wp[i];
+      NormalizeRow(h, d, st, wp, eps, y);
       StoreF32(y, ElemAddr(nbase, nt, nr.Offset(r)), nt, nr.inner_stride(), d);
     }
   }

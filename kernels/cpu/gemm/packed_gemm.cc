@@ -715,24 +715,34 @@ PackedBlocking PackedGemmBlocking(PackedIsa isa) {
   }
 }
 
+namespace {
+// The checks every entry point shares (path supported here, sizes >= 0, C's stride), then the
+// calls with nothing to multiply: true when the call is done (m or n zero: nothing to write;
+// k zero: C = beta·C).
+bool CheckedAndTrivial(const char* op, PackedIsa isa, int64_t m, int64_t n, int64_t k, float* c,
+                       int64_t ldc, float beta) {
+  CCTUNE_CHECK(PackedIsaSupported(isa), "", op, ": path ", PackedIsaName(isa),
+               " is not supported on this CPU");
+  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "", op, ": negative size m=", m, " n=", n, " k=", k);
+  CCTUNE_CHECK(m <= 1 || ldc >= n, "", op, ": ldc (", ldc, ") < n (", n, ")");
+  if (m == 0 || n == 0) return true;
+  if (k == 0) {
+    ScaleC(m, n, c, ldc, beta);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 void PackedGemmNT(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const void* b, DType b_dtype, int64_t ldb, float* c, int64_t ldc, float beta) {
   CCTUNE_CHECK(b_dtype == DType::kF32 || b_dtype == DType::kBF16 || b_dtype == DType::kF16,
                "PackedGemmNT: b_dtype must be f32, bf16 or f16, got ", DTypeName(b_dtype));
   CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16 || b_dtype == DType::kBF16,
                "PackedGemmNT: the avx512_bf16 path needs bf16 B, got ", DTypeName(b_dtype));
-  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedGemmNT: path ", PackedIsaName(isa),
-               " is not supported on this CPU");
-  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedGemmNT: negative size m=", m, " n=", n,
-               " k=", k);
   CCTUNE_CHECK(m <= 1 || lda >= k, "PackedGemmNT: lda (", lda, ") < k (", k, ")");
   CCTUNE_CHECK(n <= 1 || ldb >= k, "PackedGemmNT: ldb (", ldb, ") < k (", k, ")");
-  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedGemmNT: ldc (", ldc, ") < n (", n, ")");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    ScaleC(m, n, c, ldc, beta);
-    return;
-  }
+  if (CheckedAndTrivial("PackedGemmNT", isa, m, n, k, c, ldc, beta)) return;
   const Args p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
   Run(isa, p);
 }
@@ -748,18 +758,9 @@ void PackedGemmNN(PackedIsa isa, int64_t m, int64_t n, int64_t k, const float* a
                 beta);
     return;
   }
-  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedGemmNN: path ", PackedIsaName(isa),
-               " is not supported on this CPU");
-  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedGemmNN: negative size m=", m, " n=", n,
-               " k=", k);
   CCTUNE_CHECK(m <= 1 || lda >= k, "PackedGemmNN: lda (", lda, ") < k (", k, ")");
   CCTUNE_CHECK(k <= 1 || ldb >= n, "PackedGemmNN: ldb (", ldb, ") < n (", n, ")");
-  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedGemmNN: ldc (", ldc, ") < n (", n, ")");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    ScaleC(m, n, c, ldc, beta);
-    return;
-  }
+  if (CheckedAndTrivial("PackedGemmNN", isa, m, n, k, c, ldc, beta)) return;
   Args p{m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta};
   p.b_kmajor = true;
   Run(isa, p);
@@ -770,20 +771,11 @@ void PackedSgemm(PackedIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n
                  float beta) {
   CCTUNE_CHECK(isa != PackedIsa::kAvx512Bf16 || !trans_b,
                "PackedSgemm: the avx512_bf16 path takes B as [k, n] (trans_b false)");
-  CCTUNE_CHECK(PackedIsaSupported(isa), "PackedSgemm: path ", PackedIsaName(isa),
-               " is not supported on this CPU");
-  CCTUNE_CHECK(m >= 0 && n >= 0 && k >= 0, "PackedSgemm: negative size m=", m, " n=", n,
-               " k=", k);
   CCTUNE_CHECK(lda >= std::max<int64_t>(1, trans_a ? m : k), "PackedSgemm: lda (", lda,
                ") too small");
   CCTUNE_CHECK(ldb >= std::max<int64_t>(1, trans_b ? k : n), "PackedSgemm: ldb (", ldb,
                ") too small");
-  CCTUNE_CHECK(m <= 1 || ldc >= n, "PackedSgemm: ldc (", ldc, ") < n (", n, ")");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    ScaleC(m, n, c, ldc, beta);
-    return;
-  }
+  if (CheckedAndTrivial("PackedSgemm", isa, m, n, k, c, ldc, beta)) return;
   Args p{m, n, k, a, lda, b, DType::kF32, ldb, c, ldc, beta};
   p.a_kmajor = trans_a;
   p.b_kmajor = !trans_b;

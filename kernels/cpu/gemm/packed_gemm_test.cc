@@ -89,21 +89,28 @@ void ExpectMatches(const Operand& c, int64_t m, int64_t n, double tol, const std
 
 // Runs PackedGemmNT(isa) on one case and checks C against the fp64 result within
 // tol·(sum_k |a·b| + |beta·c|) (ExpectMatches).
+// nn: PackedGemmNN instead, B stored [k, n] (the dX = dY·W shape).
 void CheckCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
-               float beta, uint64_t seed) {
+               float beta, uint64_t seed, bool nn = false) {
   Generator gen(seed);
-  Operand a(m, k, k + pad, DType::kF32, &gen), b(n, k, k + pad + (pad & 1), dtype, &gen);
+  Operand a(m, k, k + pad, DType::kF32, &gen);
+  Operand b = nn ? Operand(k, n, n + pad + 1, dtype, &gen)
+                 : Operand(n, k, k + pad + (pad & 1), dtype, &gen);
   Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
   const std::vector<double> c0 = c.stored;
-  PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  if (nn) {
+    PackedGemmNN(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  } else {
+    PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
+  }
   // The bf16 dot path rounds A to bf16 (2^-9 relative per element).
   const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
-  const std::string what = absl::StrCat(PackedIsaName(isa), " ", DTypeName(dtype), " m=", m,
-                                        " n=", n, " k=", k, " pad=", pad, " beta=", beta);
+  const std::string what = absl::StrCat(nn ? "NN " : "", PackedIsaName(isa), " ", DTypeName(dtype),
+                                        " m=", m, " n=", n, " k=", k, " pad=", pad, " beta=", beta);
   ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
     double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
     for (int64_t q = 0; q < k; ++q) {
-      const double prod = a.stored[i * k + q] * b.stored[j * k + q];
+      const double prod = a.stored[i * k + q] * (nn ? b.stored[q * n + j] : b.stored[j * k + q]);
       want += prod;
       scale += std::fabs(prod);
     }
@@ -252,27 +259,6 @@ TEST_P(PackedGemmTest, SgemmCrossesCacheBlocks) {
 // PackedGemmNN (dX = dY·W for weights as stored: B [k, n] row-major): bf16 B on the bf16 dot
 // path (A rounded to bf16, as PackedGemmNT's) at avx512_bf16, f32 B on the level's f32 path;
 // sizes around the tile, pair and block edges, odd k (a half pair), NaN-padded strides.
-void CheckNNCase(PackedIsa isa, DType dtype, int64_t m, int64_t n, int64_t k, int64_t pad,
-                 float beta, uint64_t seed) {
-  Generator gen(seed);
-  Operand a(m, k, k + pad, DType::kF32, &gen), b(k, n, n + pad + 1, dtype, &gen);
-  Operand c(m, n, n + pad, DType::kF32, &gen, /*fill=*/beta != 0.f);
-  const std::vector<double> c0 = c.stored;
-  PackedGemmNN(isa, m, n, k, a.f32(), a.ld, b.buf.data(), dtype, b.ld, c.f32(), c.ld, beta);
-  const double tol = kEps32 * (k / 4.0 + 8.0) + (isa == PackedIsa::kAvx512Bf16 ? 1.0 / 256 : 0);
-  const std::string what = absl::StrCat("NN ", PackedIsaName(isa), " ", DTypeName(dtype), " m=",
-                                        m, " n=", n, " k=", k, " pad=", pad, " beta=", beta);
-  ExpectMatches(c, m, n, tol, what, [&](int64_t i, int64_t j) {
-    double want = beta != 0.f ? beta * c0[i * n + j] : 0.0, scale = std::fabs(want);
-    for (int64_t q = 0; q < k; ++q) {
-      const double prod = a.stored[i * k + q] * b.stored[q * n + j];
-      want += prod;
-      scale += std::fabs(prod);
-    }
-    return std::pair<double, double>{want, scale};
-  });
-}
-
 TEST_P(PackedGemmTest, GemmNNMatchesFp64) {
   const PackedIsa isa = PathOf(GetParam());
   const DType dtype = isa == PackedIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32;
@@ -283,7 +269,7 @@ TEST_P(PackedGemmTest, GemmNNMatchesFp64) {
     for (int64_t n : {int64_t{1}, int64_t{bl.nr - 1}, int64_t{2 * bl.nr + 3}}) {
       for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{17}, bl.kc + 3}) {
         for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 2}}) {
-          CheckNNCase(isa, dtype, m, n, k, pad, beta, seed++);
+          CheckCase(isa, dtype, m, n, k, pad, beta, seed++, /*nn=*/true);
           if (HasFailure()) return;
           ++cases;
         }
@@ -292,8 +278,8 @@ TEST_P(PackedGemmTest, GemmNNMatchesFp64) {
   }
   EXPECT_EQ(cases, 3 * 3 * 4 * 3);
   // Several m, n and k blocks, and a shape that splits m across threads.
-  CheckNNCase(isa, dtype, bl.mc + bl.mr + 3, bl.nc + bl.nr + 5, 2 * bl.kc + 1, 1, 1.f, 31);
-  CheckNNCase(isa, dtype, 300, 5, 45, 0, 0.f, 32);
+  CheckCase(isa, dtype, bl.mc + bl.mr + 3, bl.nc + bl.nr + 5, 2 * bl.kc + 1, 1, 1.f, 31, true);
+  CheckCase(isa, dtype, 300, 5, 45, 0, 0.f, 32, true);
 }
 
 TEST(PackedGemmNNTest, RejectsBf16OnAnF32Path) {
