@@ -261,6 +261,41 @@ void BM_Prefill(benchmark::State& state, GemmIsa isa, int64_t m, int64_t n, int6
   }
 }
 
+// The three GEMMs of a Linear with bf16 weights W [out, in] in a training step, as TrainStep
+// runs them (batch-invariant routing): forward x·Wᵀ (GemmNT), dX = dY·W (GemmNNBf16) and
+// dW = dYᵀ·X (GemmTNBf16). `which`: 0, 1, 2. Skips where the bf16 dot routes do not run.
+void BM_TrainGemmBf16(benchmark::State& state, int which, int64_t tokens, int64_t out,
+                      int64_t in) {
+  if (!cpu::gemm_internal::Bf16DotRouteEnabled()) {
+    state.SkipWithError("the bf16 dot routes are off on this CPU (cpu::CpuHasFullRateBf16Dot)");
+    return;
+  }
+  cpu::ScopedBatchInvariantGemm invariant;
+  Buffer x(tokens * in, DType::kF32), w(out * in, DType::kBF16), dy(tokens * out, DType::kF32),
+      c(std::max(tokens * std::max(in, out), out * in), DType::kF32);
+  const int64_t m = which == 2 ? out : tokens, n = which == 0 ? out : in,
+                k = which == 2 ? tokens : which == 0 ? in : out;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    bool ran = true;
+    if (which == 0) {
+      cpu::GemmNT(tokens, out, in, x.f32(), in, w.data(), DType::kBF16, in, c.f32(), out, 0.f);
+    } else if (which == 1) {
+      ran = cpu::GemmNNBf16(tokens, in, out, dy.f32(), out, w.data(), in, c.f32(), in, 0.f);
+    } else {
+      ran = cpu::GemmTNBf16(out, in, tokens, dy.f32(), out, x.f32(), in, c.f32(), in, 0.f);
+    }
+    if (!ran) {
+      state.SkipWithError("the bf16 route declined this shape");
+      return;
+    }
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, Seconds(t0), 2.0 * m * n * k, 0);
+  const double peak = MeasuredComputePeak().dpbf16;
+  if (peak > 0) state.counters["pct_of_peak"] = 100.0 * state.counters["GFLOP/s"] / peak;
+}
+
 // With --benchmark_repetitions, the `_max` row of a rate counter is the best repetition.
 double MaxOf(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
@@ -336,6 +371,17 @@ const bool kRegistered = [] {
           ->ComputeStatistics("max", MaxOf);
       benchmark::RegisterBenchmark(absl::StrCat("Train/dw_tn_", tag).c_str(), BM_TrainGemm, path,
                                    true, false, t.out, t.in, t.tokens)
+          ->ComputeStatistics("max", MaxOf);
+    }
+  }
+  // The same 15.7M shapes with bf16 weights on the bf16 dot routes (Zen 4/5).
+  for (const TrainShape& t : train) {
+    if (t.tokens != 1024) continue;
+    const std::string tag = absl::StrCat("t:", t.tokens, "/out:", t.out, "/in:", t.in);
+    const char* names[] = {"fwd_nt", "dx_nn", "dw_tn"};
+    for (int which = 0; which < 3; ++which) {
+      benchmark::RegisterBenchmark(absl::StrCat("TrainBf16/", names[which], "/", tag).c_str(),
+                                   BM_TrainGemmBf16, which, t.tokens, t.out, t.in)
           ->ComputeStatistics("max", MaxOf);
     }
   }
