@@ -47,8 +47,12 @@ struct Args {
   int64_t ls[3];
   // Units run on the decode thread pool (s_q == 1): no GEMM calls from inside its tasks.
   bool single_row_units = false;
-  // K transposed, f32 [b][n_kv][hd][kt_ld] (kt_ld: s_kv rounded up to whole key blocks, zero
-  // past s_kv), for the register kernels; null: the GEMM or dot-product paths.
+  // K transposed block by block, f32 [b][n_kv][kt_ld / kBlockKeys][hd][kBlockKeys] (kt_ld:
+  // s_kv rounded up to whole key blocks, zero past s_kv), for the register kernels; null: the
+  // GEMM or dot-product paths. Each block's transposed keys are contiguous (16 KiB at h_d 64):
+  // rows of a whole-sequence transpose lie s_kv floats apart, a multiple of 4 KiB at the
+  // training shapes, and the block's 64 rows then fell into a few L1 sets and were refetched
+  // by every row group of the tile.
   const float* kt_all = nullptr;
   int64_t kt_ld = 0;
 };
@@ -67,6 +71,17 @@ inline V16 LoadV(const float* p) {
 }
 inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
 
+// Pins a vector in registers (AVX-512, where V16 is one register): without it GCC folds the
+// load into every multiply-add that uses it, one load per use instead of one per value, and
+// the tiles below become load-bound (kernels/cpu/simd_targets.h has the same for the GEMMs).
+#if defined(__AVX512F__)
+#define CCTUNE_PIN_V16(x) __asm__("" : "+v"(x))
+constexpr int kTileRowsPerKernel = 6;  // 24 accumulators + 4 operands of the 32 registers
+#else
+#define CCTUNE_PIN_V16(x) ((void)0)
+constexpr int kTileRowsPerKernel = 2;  // 8 accumulators (16 of the 16 AVX registers)
+#endif
+
 // s[r][0, 16·KC) = q_r · k_j for NR rows of q (hd floats each, row stride hd) against a
 // block of transposed keys kt[e][j] (row stride ldk, 16·KC readable keys per row): each sum
 // over e in order, one multiply-add at a time.
@@ -75,7 +90,10 @@ void ScoreRowsN(const float* q, int64_t hd, const float* kt, int64_t ldk, float*
   V16 acc[NR][KC] = {};
   for (int64_t e = 0; e < hd; ++e) {
     V16 kv[KC];
-    for (int c = 0; c < KC; ++c) kv[c] = LoadV(kt + e * ldk + c * kLanes);
+    for (int c = 0; c < KC; ++c) {
+      kv[c] = LoadV(kt + e * ldk + c * kLanes);
+      CCTUNE_PIN_V16(kv[c]);
+    }
     for (int r = 0; r < NR; ++r) {
       const float qv = q[r * hd + e];
       for (int c = 0; c < KC; ++c) acc[r][c] += qv * kv[c];
@@ -85,19 +103,24 @@ void ScoreRowsN(const float* q, int64_t hd, const float* kt, int64_t ldk, float*
     for (int c = 0; c < KC; ++c) StoreV(s + r * kBlockKeys + c * kLanes, acc[r][c]);
   }
 }
+// The row blocks of a tile: kTileRowsPerKernel rows at a time, then the rest in one call.
+template <int KC, int NR = kTileRowsPerKernel>
+void ScoreRowsTail(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
+                   float* s) {
+  if constexpr (NR > 1) {
+    if (rows < NR) return ScoreRowsTail<KC, NR - 1>(q, rows, hd, kt, ldk, s);
+  }
+  if (rows == NR) ScoreRowsN<NR, KC>(q, hd, kt, ldk, s);
+}
 template <int KC>
 void ScoreRowsK(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
                 float* s) {
-#if defined(__AVX512F__)
-  constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
-#else
-  constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
-#endif
+  constexpr int kRows = kTileRowsPerKernel;
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows) {
     ScoreRowsN<kRows, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
   }
-  for (; r < rows; ++r) ScoreRowsN<1, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
+  if (r < rows) ScoreRowsTail<KC>(q + r * hd, rows - r, hd, kt, ldk, s + r * kBlockKeys);
 }
 // Scores of `rows` rows against the block's first nk keys (the next whole vector's worth).
 void ScoreRows(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk, int64_t nk,
@@ -126,7 +149,10 @@ void AddWeightedRowsN(const float* p, int64_t nk, const float* v, int64_t ldv, f
   }
   for (int64_t j = 0; j < nk; ++j) {
     V16 xv[NC];
-    for (int c = 0; c < NC; ++c) xv[c] = LoadV(v + j * ldv + c * kLanes);
+    for (int c = 0; c < NC; ++c) {
+      xv[c] = LoadV(v + j * ldv + c * kLanes);
+      CCTUNE_PIN_V16(xv[c]);
+    }
     for (int r = 0; r < NR; ++r) {
       const float w = p[r * kBlockKeys + j];
       for (int c = 0; c < NC; ++c) a[r][c] += w * xv[c];
@@ -148,17 +174,24 @@ void AddWeightedRowsCols(const float* p, int64_t nk, const float* v, int64_t ldv
   }
   for (; c < chunks; ++c) AddWeightedRowsN<NR, 1>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
 }
+template <int NR = kTileRowsPerKernel>
+void AddWeightedRowsTail(const float* p, int64_t rows, int64_t nk, const float* v, int64_t ldv,
+                         float* acc, int64_t hd) {
+  if constexpr (NR > 1) {
+    if (rows < NR) return AddWeightedRowsTail<NR - 1>(p, rows, nk, v, ldv, acc, hd);
+  }
+  if (rows == NR) AddWeightedRowsCols<NR>(p, nk, v, ldv, acc, hd, hd / kLanes);
+}
 // acc [rows, hd] += P [rows, nk] · V [nk, hd], hd whole vectors.
 void AddWeightedRows(const float* p, int64_t rows, int64_t nk, const float* v, int64_t ldv,
                      float* acc, int64_t hd) {
+  constexpr int kRows = kTileRowsPerKernel;
   const int64_t chunks = hd / kLanes;
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    AddWeightedRowsCols<4>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
+  for (; r + kRows <= rows; r += kRows) {
+    AddWeightedRowsCols<kRows>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
   }
-  for (; r < rows; ++r) {
-    AddWeightedRowsCols<1>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
-  }
+  if (r < rows) AddWeightedRowsTail(p + r * kBlockKeys, rows - r, nk, v, ldv, acc + r * hd, hd);
 }
 
 // Per-thread buffers for one unit: rows = heads x positions of the tile.
@@ -261,8 +294,8 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     const bool gemm =
         regs || (rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units);
     if (regs) {
-      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb, a.kt_ld, nk,
-                s);
+      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb * hd,
+                kBlockKeys, nk, s);
     } else {
       BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
       if (gemm && RowsLd(kp, nk, hd) >= hd) {
@@ -470,10 +503,14 @@ absl::Status AttentionImpl(Tensor& out, Tensor* lse, const Tensor& q, const Tens
         for (int64_t j = 0; j < a.s_kv; ++j) {
           const int64_t off = bi * a.ks[0] + kvh * a.ks[1] + j * a.ks[2];
           const float* kr = LoadF32Or(ElemAddr(a.k, a.kt, off), a.kt, a.ks[3], hd, row.data());
-          for (int64_t e = 0; e < hd; ++e) dst[e * kt_ld + j] = kr[e];
+          float* blk = dst + (j / kBlockKeys) * hd * kBlockKeys + j % kBlockKeys;
+          for (int64_t e = 0; e < hd; ++e) blk[e * kBlockKeys] = kr[e];
         }
-        for (int64_t e = 0; e < hd; ++e) {
-          std::fill(dst + e * kt_ld + a.s_kv, dst + (e + 1) * kt_ld, 0.f);
+        if (a.s_kv % kBlockKeys != 0) {  // the last block's keys past s_kv
+          float* blk = dst + (a.s_kv / kBlockKeys) * hd * kBlockKeys;
+          for (int64_t e = 0; e < hd; ++e) {
+            std::fill(blk + e * kBlockKeys + a.s_kv % kBlockKeys, blk + (e + 1) * kBlockKeys, 0.f);
+          }
         }
       }
     }
