@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -23,7 +24,7 @@ constexpr int64_t kMinSplitKeys = 256;  // fewest keys worth a split of their ow
 constexpr int64_t kMinGemmRows = 8;
 constexpr int64_t kMinGemmHeadDim = 32;
 // Such tiles of heads that are whole 16-float vectors compute QKᵀ and PV in registers instead
-// (ScoreRows / AddWeightedRows below, against a transposed copy of K made once per call): the
+// (kernels/cpu/attention_tiles.h, against a transposed copy of K made once per call): the
 // tiles' GEMMs (30 x 64 x 64 at the 15.7M model's training shape) were small enough for the
 // GEMM library's per-call cost to dominate. (The demo model's 16-long heads were ~15% slower
 // this way than as dot products, 1-thread A/B, so they keep those.) At most this many floats
@@ -57,142 +58,10 @@ struct Args {
   int64_t kt_ld = 0;
 };
 
-// 16 floats as one value (GCC/Clang vector extension; one AVX-512 register, two AVX ones), so
-// the tile kernels keep their accumulators in registers. Loads and stores go through memcpy
-// (no alignment assumed).
-typedef float V16 __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
-static_assert(kBlockKeys % kLanes == 0, "key blocks are whole vectors");
-
-inline V16 LoadV(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
-
-// Pins a vector in registers (AVX-512, where V16 is one register): without it GCC folds the
-// load into every multiply-add that uses it, one load per use instead of one per value, and
-// the tiles below become load-bound (kernels/cpu/simd_targets.h has the same for the GEMMs).
-#if defined(__AVX512F__)
-#define CCTUNE_PIN_V16(x) __asm__("" : "+v"(x))
-constexpr int kTileRowsPerKernel = 6;  // 24 accumulators + 4 operands of the 32 registers
-#else
-#define CCTUNE_PIN_V16(x) ((void)0)
-constexpr int kTileRowsPerKernel = 2;  // 8 accumulators (16 of the 16 AVX registers)
-#endif
-
-// s[r][0, 16·KC) = q_r · k_j for NR rows of q (hd floats each, row stride hd) against a
-// block of transposed keys kt[e][j] (row stride ldk, 16·KC readable keys per row): each sum
-// over e in order, one multiply-add at a time.
-template <int NR, int KC>
-void ScoreRowsN(const float* q, int64_t hd, const float* kt, int64_t ldk, float* s) {
-  V16 acc[NR][KC] = {};
-  for (int64_t e = 0; e < hd; ++e) {
-    V16 kv[KC];
-    for (int c = 0; c < KC; ++c) {
-      kv[c] = LoadV(kt + e * ldk + c * kLanes);
-      CCTUNE_PIN_V16(kv[c]);
-    }
-    for (int r = 0; r < NR; ++r) {
-      const float qv = q[r * hd + e];
-      for (int c = 0; c < KC; ++c) acc[r][c] += qv * kv[c];
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < KC; ++c) StoreV(s + r * kBlockKeys + c * kLanes, acc[r][c]);
-  }
-}
-// The row blocks of a tile: kTileRowsPerKernel rows at a time, then the rest in one call.
-template <int KC, int NR = kTileRowsPerKernel>
-void ScoreRowsTail(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
-                   float* s) {
-  if constexpr (NR > 1) {
-    if (rows < NR) return ScoreRowsTail<KC, NR - 1>(q, rows, hd, kt, ldk, s);
-  }
-  if (rows == NR) ScoreRowsN<NR, KC>(q, hd, kt, ldk, s);
-}
-template <int KC>
-void ScoreRowsK(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk,
-                float* s) {
-  constexpr int kRows = kTileRowsPerKernel;
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    ScoreRowsN<kRows, KC>(q + r * hd, hd, kt, ldk, s + r * kBlockKeys);
-  }
-  if (r < rows) ScoreRowsTail<KC>(q + r * hd, rows - r, hd, kt, ldk, s + r * kBlockKeys);
-}
-// Scores of `rows` rows against the block's first nk keys (the next whole vector's worth).
-void ScoreRows(const float* q, int64_t rows, int64_t hd, const float* kt, int64_t ldk, int64_t nk,
-               float* s) {
-  static_assert(kBlockKeys == 4 * kLanes, "ScoreRows dispatches 1 to 4 vectors of keys");
-  switch ((nk + kLanes - 1) / kLanes) {
-    case 1:
-      return ScoreRowsK<1>(q, rows, hd, kt, ldk, s);
-    case 2:
-      return ScoreRowsK<2>(q, rows, hd, kt, ldk, s);
-    case 3:
-      return ScoreRowsK<3>(q, rows, hd, kt, ldk, s);
-    default:
-      return ScoreRowsK<4>(q, rows, hd, kt, ldk, s);
-  }
-}
-
-// acc[r][0, 16·NC) += sum_{j < nk} p[r][j] · v_j[0, 16·NC) for NR rows (p's row stride
-// kBlockKeys, v's ldv, acc's lda): each sum over j in order, one multiply-add at a time.
-template <int NR, int NC>
-void AddWeightedRowsN(const float* p, int64_t nk, const float* v, int64_t ldv, float* acc,
-                      int64_t lda) {
-  V16 a[NR][NC];
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) a[r][c] = LoadV(acc + r * lda + c * kLanes);
-  }
-  for (int64_t j = 0; j < nk; ++j) {
-    V16 xv[NC];
-    for (int c = 0; c < NC; ++c) {
-      xv[c] = LoadV(v + j * ldv + c * kLanes);
-      CCTUNE_PIN_V16(xv[c]);
-    }
-    for (int r = 0; r < NR; ++r) {
-      const float w = p[r * kBlockKeys + j];
-      for (int c = 0; c < NC; ++c) a[r][c] += w * xv[c];
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) StoreV(acc + r * lda + c * kLanes, a[r][c]);
-  }
-}
-template <int NR>
-void AddWeightedRowsCols(const float* p, int64_t nk, const float* v, int64_t ldv, float* acc,
-                         int64_t lda, int64_t chunks) {
-  int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) {
-    AddWeightedRowsN<NR, 4>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
-  }
-  for (; c + 2 <= chunks; c += 2) {
-    AddWeightedRowsN<NR, 2>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
-  }
-  for (; c < chunks; ++c) AddWeightedRowsN<NR, 1>(p, nk, v + c * kLanes, ldv, acc + c * kLanes, lda);
-}
-template <int NR = kTileRowsPerKernel>
-void AddWeightedRowsTail(const float* p, int64_t rows, int64_t nk, const float* v, int64_t ldv,
-                         float* acc, int64_t hd) {
-  if constexpr (NR > 1) {
-    if (rows < NR) return AddWeightedRowsTail<NR - 1>(p, rows, nk, v, ldv, acc, hd);
-  }
-  if (rows == NR) AddWeightedRowsCols<NR>(p, nk, v, ldv, acc, hd, hd / kLanes);
-}
-// acc [rows, hd] += P [rows, nk] · V [nk, hd], hd whole vectors.
-void AddWeightedRows(const float* p, int64_t rows, int64_t nk, const float* v, int64_t ldv,
-                     float* acc, int64_t hd) {
-  constexpr int kRows = kTileRowsPerKernel;
-  const int64_t chunks = hd / kLanes;
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    AddWeightedRowsCols<kRows>(p + r * kBlockKeys, nk, v, ldv, acc + r * hd, hd, chunks);
-  }
-  if (r < rows) AddWeightedRowsTail(p + r * kBlockKeys, rows - r, nk, v, ldv, acc + r * hd, hd);
-}
+using tiles::kLanes;
+using tiles::LoadV;
+using tiles::V16;
+static_assert(kBlockKeys == tiles::kMaxTileCols, "a key block is one register tile of columns");
 
 // Per-thread buffers for one unit: rows = heads x positions of the tile.
 struct Scratch {
@@ -294,8 +163,8 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     const bool gemm =
         regs || (rows >= kMinGemmRows && hd >= kMinGemmHeadDim && !a.single_row_units);
     if (regs) {
-      ScoreRows(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb * hd,
-                kBlockKeys, nk, s);
+      tiles::RowsTimesCols(qf, rows, hd, a.kt_all + (bi * a.n_kv + kvh) * hd * a.kt_ld + jb * hd,
+                           kBlockKeys, hd, nk, s, kBlockKeys);
     } else {
       BlockRows(kbase, a.kt, a.ks[2], a.ks[3], jb, nk, hd, sc.kbuf.data(), kp);
       if (gemm && RowsLd(kp, nk, hd) >= hd) {
@@ -371,7 +240,8 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
     BlockRows(vbase, a.vt, a.vs[2], a.vs[3], jb, nk, hd, sc.vbuf.data(), vp);
     if (regs) {
       // acc [rows, hd] += P [rows, nk] · V [nk, hd] (P is 0 on the inactive rows).
-      AddWeightedRows(s, rows, nk, vp[0], RowsLd(vp, nk, hd), acc, hd);
+      tiles::WeightedRowSums(s, kBlockKeys, 1, nk, vp[0], RowsLd(vp, nk, hd), acc, hd, rows,
+                             hd / kLanes);
       continue;
     }
     if (gemm && RowsLd(vp, nk, hd) >= hd) {

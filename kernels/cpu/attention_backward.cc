@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace cctune {
@@ -136,69 +137,9 @@ float RowD(const Problem& pr, int64_t bi, int64_t h, int64_t i, const float* qs,
   return d;
 }
 
-// 16 floats as one value (GCC/Clang vector extension): the tile kernels below keep their
-// accumulators in such registers (one AVX-512 register, two AVX ones), which plain loops over
-// arrays do not guarantee. Loads and stores go through memcpy (no alignment assumed).
-typedef float V16 __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
-static_assert(kMaxKeyBlock % kLanes == 0, "key blocks are whole vectors");
-
-inline V16 LoadV(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void StoreV(float* p, V16 v) { std::memcpy(p, &v, sizeof(v)); }
-
-// acc[r][0, 16·NC) += sum_{j < nj} w(r, j) · x[j][0, 16·NC) for r < NR, with w(r, j) =
-// w[r·wr + j·wj]: rows x_j weighted and summed into NR accumulator rows (ld: their strides).
-// Each sum runs over j in order, one multiply-add at a time.
-template <int NR, int NC>
-void WeightedRowSum(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
-                    int64_t ldx, float* acc, int64_t ldacc) {
-  V16 a[NR][NC];
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) a[r][c] = LoadV(acc + r * ldacc + c * kLanes);
-  }
-  for (int64_t j = 0; j < nj; ++j) {
-    V16 xv[NC];
-    for (int c = 0; c < NC; ++c) xv[c] = LoadV(x + j * ldx + c * kLanes);
-    for (int r = 0; r < NR; ++r) {
-      const float wv = w[r * wr + j * wj];
-      for (int c = 0; c < NC; ++c) a[r][c] += wv * xv[c];
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) StoreV(acc + r * ldacc + c * kLanes, a[r][c]);
-  }
-}
-
-// WeightedRowSum over `rows` accumulator rows and `chunks` vectors per row (any counts).
-template <int NR>
-void WeightedRowSumCols(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
-                        int64_t ldx, float* acc, int64_t ldacc, int64_t chunks) {
-  int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) {
-    WeightedRowSum<NR, 4>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
-  }
-  for (; c + 2 <= chunks; c += 2) {
-    WeightedRowSum<NR, 2>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
-  }
-  for (; c < chunks; ++c) {
-    WeightedRowSum<NR, 1>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
-  }
-}
-void WeightedRowSums(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
-                     int64_t ldx, float* acc, int64_t ldacc, int64_t rows, int64_t chunks) {
-  if (nj <= 0) return;
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    WeightedRowSumCols<4>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, chunks);
-  }
-  for (; r < rows; ++r) {
-    WeightedRowSumCols<1>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, chunks);
-  }
-}
+using tiles::kLanes;
+using tiles::WeightedRowSums;
+static_assert(kMaxKeyBlock == tiles::kMaxTileCols, "a key block is one register tile of columns");
 
 // One block of up to kMaxKeyBlock keys of a kv head and one tile of up to kTileRows query
 // rows of a head: the block's keys and values transposed ([h_d][kMaxKeyBlock], zero past the
@@ -256,63 +197,17 @@ struct TileScratch {
       std::copy(gr, gr + hd, g.data() + t * hdp);
     }
   }
-  // out[t][0, 16·KC) = sum_e a[t][e] · bt[e][0, 16·KC) for NR rows t of a (row stride hdp)
-  // against transposed rows bt (row stride kMaxKeyBlock), in registers; each sum over e in
-  // order, one multiply-add at a time.
-  template <int NR, int KC>
-  void RowsTimesBlock(const float* a, const float* bt, float* out) const {
-    V16 acc[NR][KC] = {};
-    for (int64_t e = 0; e < hd; ++e) {
-      V16 bv[KC];
-      for (int c = 0; c < KC; ++c) bv[c] = LoadV(bt + e * kMaxKeyBlock + c * kLanes);
-      for (int t = 0; t < NR; ++t) {
-        const float av = a[t * hdp + e];
-        for (int c = 0; c < KC; ++c) acc[t][c] += av * bv[c];
-      }
-    }
-    for (int t = 0; t < NR; ++t) {
-      for (int c = 0; c < KC; ++c) StoreV(out + t * kMaxKeyBlock + c * kLanes, acc[t][c]);
-    }
-  }
-  // Scores (into p) and dy·v (into ds) of the loaded rows against the first 16·KC loaded keys.
-  template <int KC>
-  void ScoresAndDyV(int64_t rows) {
-#if defined(__AVX512F__)
-    constexpr int kRows = 4;  // at most 16 accumulators of 32 registers
-#else
-    constexpr int kRows = 2;  // at most 8 accumulators (16 of the 16 AVX registers)
-#endif
-    int64_t t = 0;
-    for (; t + kRows <= rows; t += kRows) {
-      RowsTimesBlock<kRows, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
-      RowsTimesBlock<kRows, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
-    }
-    for (; t < rows; ++t) {
-      RowsTimesBlock<1, KC>(qs.data() + t * hdp, kt.data(), p.data() + t * kMaxKeyBlock);
-      RowsTimesBlock<1, KC>(g.data() + t * hdp, vt.data(), ds.data() + t * kMaxKeyBlock);
-    }
-  }
   // P and dS of the loaded rows (query rows i0...) against the loaded keys (from key j0).
   void Grads(const Problem& pr, int64_t bi, int64_t h, int64_t i0, int64_t rows, int64_t j0,
              int64_t nk, const float* row_lse, const float* row_d) {
     // Only the vectors that hold keys (a short sequence's block is one or two); each column's
     // sums are the same however many are computed. Columns past them are zeroed below.
     const int64_t kc = (nk + kLanes - 1) / kLanes;
-    static_assert(kMaxKeyBlock == 4 * kLanes, "Grads dispatches 1 to 4 vectors of keys");
-    switch (kc) {
-      case 1:
-        ScoresAndDyV<1>(rows);
-        break;
-      case 2:
-        ScoresAndDyV<2>(rows);
-        break;
-      case 3:
-        ScoresAndDyV<3>(rows);
-        break;
-      default:
-        ScoresAndDyV<4>(rows);
-        break;
-    }
+    // Scores (into p) and dy·v (into ds) of the loaded rows against the loaded keys.
+    tiles::RowsTimesCols(qs.data(), rows, hdp, kt.data(), kMaxKeyBlock, hd, nk, p.data(),
+                         kMaxKeyBlock);
+    tiles::RowsTimesCols(g.data(), rows, hdp, vt.data(), kMaxKeyBlock, hd, nk, ds.data(),
+                         kMaxKeyBlock);
     for (int64_t t = 0; t < rows; ++t) {
       const int64_t i = i0 + t, row = (bi * pr.n_h + h) * pr.s_q + i;
       float* pt = p.data() + t * kMaxKeyBlock;   // holds the scores until overwritten by P
