@@ -1,6 +1,9 @@
 // The committed demo model (tests/assets/demo, trained by configs/demo/full_finetune.yaml)
 // adds two-digit numbers: greedy decoding on held-out prompts (sample indices the training set
 // never used) gives the right sum, checked against plain integer addition.
+// CCTUNE_DEMO_MODEL_DIR scores another checkpoint folder of the same shape (a retrained one:
+// `bazel test //tests:demo_model_test --test_env=CCTUNE_DEMO_MODEL_DIR=/abs/path/step_1248`).
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,7 +21,9 @@ namespace cctune {
 namespace {
 
 TEST(DemoModelTest, AddsHeldOutNumbers) {
-  absl::StatusOr<HfCheckpoint> hf = LoadHfCheckpoint("tests/assets/demo");
+  const char* dir_env = std::getenv("CCTUNE_DEMO_MODEL_DIR");
+  const std::string dir = dir_env != nullptr && *dir_env != '\0' ? dir_env : "tests/assets/demo";
+  absl::StatusOr<HfCheckpoint> hf = LoadHfCheckpoint(dir);
   ASSERT_TRUE(hf.ok()) << hf.status();
   const HfModelConfig& c = hf->config;
   auto model = TinyLlama(c.vocab_size, c.num_hidden_layers, c.num_attention_heads,
@@ -56,7 +61,7 @@ TEST(DemoModelTest, AddsHeldOutNumbers) {
     EXPECT_EQ(answer, absl::StrCat(expected));
     if (*text == absl::StrCat(expected)) ++correct;
   }
-  std::printf("demo accuracy: %d / %d\n", correct, kSamples);
+  std::printf("demo accuracy (%s): %d / %d\n", dir.c_str(), correct, kSamples);
   EXPECT_GE(correct, 450) << "demo model accuracy " << correct << "/" << kSamples;
 }
 

@@ -35,7 +35,8 @@ args=(--steps "${steps}" --warmup 1 --threads "${threads}" --model "${model}" --
 echo "uptime before: $(uptime)"
 py="${PYTHON:-python3}"
 have_torch=1
-if ! "${py}" -c 'import torch, torchtune' 2>/dev/null; then
+# --help imports torch and torchtune (through the script's torchao shim for newer torchao).
+if ! "${py}" tools/golden/bench_train_pytorch.py --help >/dev/null 2>&1; then
   have_torch=0
   echo "(PyTorch eager skipped: ${py} cannot import torch and torchtune)"
 fi
