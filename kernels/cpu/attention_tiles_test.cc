@@ -1,5 +1,6 @@
 #include "kernels/cpu/attention_tiles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
