@@ -86,10 +86,14 @@ int Main(int reps, int64_t m) {
   struct Variant {
     const char* name;
     double bytes;
-    int format;  // 0 bf16, 8 int8, else the int4 groupsize
+    int format;  // 0 bf16, -1 bf16 without the software prefetch, 8 int8, else int4's groupsize
     Acts acts;
   };
+  // The library's prefetch distance, read by setting it and putting it back.
+  const int64_t kPf = cpu::gemm_internal::SetStreamPrefetchBytes(0);
+  cpu::gemm_internal::SetStreamPrefetchBytes(kPf);
   const Variant vs[] = {{"bf16 GemmNT", b16, 0, Acts::kInt8},
+                        {"bf16 no prefetch", b16, -1, Acts::kInt8},
                         {"int8", b8, 8, Acts::kInt8},
                         {"int8 f32-act", b8, 8, Acts::kF32},
                         {"int4 g32", b4(32), 32, Acts::kInt8},
@@ -105,8 +109,10 @@ int Main(int reps, int64_t m) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t inner = 0; inner < g_inner; ++inner)
       for (const Layer& l : layers) {
-        if (vs[f].format == 0) {
+        if (vs[f].format <= 0) {
+          const int64_t pf = cpu::gemm_internal::SetStreamPrefetchBytes(vs[f].format < 0 ? 0 : kPf);
           cpu::GemmNT(m, g_n, kK, a.data(), kK, l.w16.data(), DType::kBF16, kK, c.data(), g_n, 0);
+          cpu::gemm_internal::SetStreamPrefetchBytes(pf);
         } else if (vs[f].format == 8) {
           cpu::QuantGemmNT(m, a.data(), kK, Int8(l), c.data(), g_n);
         } else {

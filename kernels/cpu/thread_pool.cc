@@ -64,10 +64,17 @@ ThreadPool& ThreadPool::Default() {
 bool ThreadPool::InsideTask() { return tls_inside_task; }
 
 void ThreadPool::RunShare(int participant) {
+  if (dynamic_) {
+    for (int t = next_task_.fetch_add(1, std::memory_order_relaxed); t < num_tasks_;
+         t = next_task_.fetch_add(1, std::memory_order_relaxed)) {
+      fn_(ctx_, t, num_tasks_);
+    }
+    return;
+  }
   for (int t = participant; t < num_tasks_; t += num_threads_) fn_(ctx_, t, num_tasks_);
 }
 
-void ThreadPool::RunImpl(int num_tasks, TaskFn fn, void* ctx) {
+void ThreadPool::RunImpl(int num_tasks, TaskFn fn, void* ctx, bool dynamic) {
   if (num_tasks <= 0) return;
   bool expected = false;
   const bool inline_only = num_threads_ == 1 || num_tasks == 1 || tls_inside_task ||
@@ -83,6 +90,8 @@ void ThreadPool::RunImpl(int num_tasks, TaskFn fn, void* ctx) {
   fn_ = fn;
   ctx_ = ctx;
   num_tasks_ = num_tasks;
+  dynamic_ = dynamic;
+  next_task_.store(0, std::memory_order_relaxed);
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   // seq_cst: pairs with the worker's sleepers_ increment (one of the two sees the other).
   epoch_.fetch_add(1, std::memory_order_seq_cst);

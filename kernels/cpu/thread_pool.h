@@ -60,6 +60,18 @@ class ThreadPool {
             const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
+  // Calls fn(task, num_tasks) for every task in [0, num_tasks), handing tasks out in order to
+  // whichever participant is free (one atomic increment per task), and returns when all are
+  // done. For work split into more pieces than participants so that a participant slowed by
+  // the machine (another process on its core, a slower memory channel) takes fewer of them:
+  // with Run()'s fixed shares the others wait for it at the end.
+  template <typename Fn>
+  void RunDynamic(int num_tasks, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    RunImpl(num_tasks, [](void* ctx, int t, int n) { (*static_cast<F*>(ctx))(t, n); },
+            const_cast<void*>(static_cast<const void*>(&fn)), /*dynamic=*/true);
+  }
+
   // The process-wide pool, created on first use with omp_get_max_threads() participants
   // (OMP_NUM_THREADS, or the number of CPUs). Never destroyed (its workers sleep at exit).
   static ThreadPool& Default();
@@ -70,7 +82,7 @@ class ThreadPool {
  private:
   using TaskFn = void (*)(void* ctx, int task, int num_tasks);
 
-  void RunImpl(int num_tasks, TaskFn fn, void* ctx);
+  void RunImpl(int num_tasks, TaskFn fn, void* ctx, bool dynamic = false);
   void RunShare(int participant);
   void WorkerLoop(int participant);
 
@@ -81,6 +93,9 @@ class ThreadPool {
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int num_tasks_ = 0;
+  bool dynamic_ = false;
+  // The next task to hand out (RunDynamic).
+  alignas(64) std::atomic<int> next_task_{0};
 
   // Bumped once per job; workers run the job when they see a new value.
   alignas(64) std::atomic<uint64_t> epoch_{0};

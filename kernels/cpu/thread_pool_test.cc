@@ -31,6 +31,45 @@ TEST(ThreadPoolTest, EveryTaskRunsOnceUnderManyTinyJobs) {
   }
 }
 
+TEST(ThreadPoolTest, DynamicRunsEveryTaskOnceUnderManyJobs) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(40);
+  for (int job = 0; job < 20000; ++job) {
+    const int n = 1 + job % 40;
+    pool.RunDynamic(n, [&](int t, int num_tasks) {
+      ASSERT_EQ(num_tasks, n);
+      hits[t].fetch_add(1, std::memory_order_relaxed);
+    });
+    // Alternate with fixed-share jobs: the pool's mode is per job.
+    if (job % 7 == 0) pool.Run(3, [&](int, int) {});
+  }
+  for (int t = 0; t < 40; ++t) {
+    int expected = 0;
+    for (int job = 0; job < 20000; ++job) expected += (1 + job % 40) > t;
+    EXPECT_EQ(hits[t].load(), expected) << "task " << t;
+  }
+}
+
+TEST(ThreadPoolTest, DynamicGivesASlowParticipantFewerTasks) {
+  ThreadPool pool(2);
+  std::atomic<int> on_caller{0}, total{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  pool.RunDynamic(64, [&](int t, int) {
+    total.fetch_add(1);
+    if (std::this_thread::get_id() == caller) {
+      on_caller.fetch_add(1);
+      // The caller is held up in its first task; the worker should take (nearly) all the rest.
+      if (on_caller.load() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    (void)t;
+  });
+  EXPECT_EQ(total.load(), 64);
+  // With fixed shares the caller would run 32 of them.
+  EXPECT_LT(on_caller.load(), 16);
+}
+
 TEST(ThreadPoolTest, ResultsOfAJobAreVisibleAfterRun) {
   ThreadPool pool(3);
   std::vector<int64_t> out(3 * 1000);

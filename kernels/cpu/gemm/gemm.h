@@ -151,6 +151,10 @@ const char* SgemmPathName(SgemmPath path);
 // benchmarks that compare whole training steps new vs old in one process). Returns the
 // previous setting.
 SgemmPath SetLargeGemmRoute(SgemmPath route);
+// Process-wide: how far ahead (bytes) the streaming kernels (GEMV, few rows of A) prefetch
+// 16-bit B; 0 turns the software prefetch off (benchmarks compare both in one process).
+// Returns the previous setting.
+int64_t SetStreamPrefetchBytes(int64_t bytes);
 SgemmPath LargeGemmRoute();
 void SgemmStridedWithPath(SgemmPath path, bool trans_a, bool trans_b, int64_t m, int64_t n,
                           int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
