@@ -55,9 +55,7 @@ class ThreadPool {
   // fn is called as void(int task, int num_tasks); it is not copied.
   template <typename Fn>
   void Run(int num_tasks, Fn&& fn) {
-    using F = std::remove_reference_t<Fn>;
-    RunImpl(num_tasks, [](void* ctx, int t, int n) { (*static_cast<F*>(ctx))(t, n); },
-            const_cast<void*>(static_cast<const void*>(&fn)));
+    Dispatch(num_tasks, fn, /*dynamic=*/false);
   }
 
   // Calls fn(task, num_tasks) for every task in [0, num_tasks), handing tasks out in order to
@@ -67,9 +65,7 @@ class ThreadPool {
   // with Run()'s fixed shares the others wait for it at the end.
   template <typename Fn>
   void RunDynamic(int num_tasks, Fn&& fn) {
-    using F = std::remove_reference_t<Fn>;
-    RunImpl(num_tasks, [](void* ctx, int t, int n) { (*static_cast<F*>(ctx))(t, n); },
-            const_cast<void*>(static_cast<const void*>(&fn)), /*dynamic=*/true);
+    Dispatch(num_tasks, fn, /*dynamic=*/true);
   }
 
   // The process-wide pool, created on first use with omp_get_max_threads() participants
@@ -82,7 +78,12 @@ class ThreadPool {
  private:
   using TaskFn = void (*)(void* ctx, int task, int num_tasks);
 
-  void RunImpl(int num_tasks, TaskFn fn, void* ctx, bool dynamic = false);
+  template <typename F>
+  void Dispatch(int num_tasks, F& fn, bool dynamic) {
+    RunImpl(num_tasks, [](void* ctx, int t, int n) { (*static_cast<F*>(ctx))(t, n); },
+            const_cast<void*>(static_cast<const void*>(&fn)), dynamic);
+  }
+  void RunImpl(int num_tasks, TaskFn fn, void* ctx, bool dynamic);
   void RunShare(int participant);
   void WorkerLoop(int participant);
 

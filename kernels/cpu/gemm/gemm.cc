@@ -154,18 +154,22 @@ constexpr int64_t kL1Floats = 4096;
 // rows cost more than the multiply-adds.
 constexpr int64_t kShortRowBytes = 1024;
 
-// bf16 B is prefetched this many bytes ahead of the streaming kernels' loads, one line per 64
-// bytes read (the next rows' lines once a row's end is near: B rows are usually contiguous, and
-// a prefetch past B does not fault). The hardware prefetcher stops at each 4 KiB page, which
-// for k = 2048 bf16 is each row. Measured (exp GEMV over 8 x [8192, 2048] bf16, m = 1,
-// 2 threads, Zen 5, medians of 7 alternating passes): 4 KiB pages 37.9 -> 50.1 GB/s, huge
-// pages 51.9 -> 64.3 (8 KiB ahead: within noise of 4; T1/NTA hints lower; f32 B: no gain).
-// Settable for benchmarks (SetStreamPrefetchBytes); 0 turns it off.
+// 16-bit B (bf16, f16) is prefetched this many bytes ahead of the streaming kernels' loads,
+// one line per 64 bytes read (the next rows' lines once a row's end is near: B rows are
+// usually contiguous, and a prefetch past B does not fault). The hardware prefetcher stops at
+// each 4 KiB page, which for k = 2048 bf16 is each row. Measured (a GEMV over 8 x [8192, 2048]
+// bf16, m = 1, 2 threads, Zen 5, medians of 7 alternating passes in one process): 4 KiB pages
+// 37.9 -> 50.1 GB/s, huge pages 51.9 -> 64.3 (8 KiB ahead: within noise of 4; T1/NTA hints
+// lower; f32 B: no gain). Settable for benchmarks (SetStreamPrefetchBytes); 0 turns it off.
+// Each tile reads it once (StreamPrefetchBytes) and passes it to PrefetchB.
 std::atomic<int64_t> g_stream_prefetch_bytes{4096};
 
-CCTUNE_INLINE void PrefetchB(const void* p) {
-  const int64_t d = g_stream_prefetch_bytes.load(std::memory_order_relaxed);
-  if (d > 0) _mm_prefetch(static_cast<const char*>(p) + d, _MM_HINT_T0);
+CCTUNE_INLINE int64_t StreamPrefetchBytes() {
+  return g_stream_prefetch_bytes.load(std::memory_order_relaxed);
+}
+
+CCTUNE_INLINE void PrefetchB(const void* p, int64_t ahead) {
+  if (ahead > 0) _mm_prefetch(static_cast<const char*>(p) + ahead, _MM_HINT_T0);
 }
 
 CCTUNE_INLINE bool ShortRows(int64_t k, int64_t elem_bytes) {
@@ -214,6 +218,7 @@ CCTUNE_TARGET_AVX2 void Avx2Tile(int64_t k, const float* a, int64_t lda, const T
       for (int j = 0; j < NR; ++j) acc[u][i][j] = _mm256_setzero_ps();
     }
   }
+  const int64_t ahead = sizeof(T) == 2 ? StreamPrefetchBytes() : 0;
   int64_t q = 0;
   for (; q + 8 * U <= k; q += 8 * U) {
     if constexpr (sizeof(T) == 2) {
@@ -221,7 +226,7 @@ CCTUNE_TARGET_AVX2 void Avx2Tile(int64_t k, const float* a, int64_t lda, const T
       for (int u = 0; u < U; ++u) {
         if (((q + 8 * u) & 31) != 0) continue;  // one prefetch per line (32 16-bit elements)
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 8 * u);
+        for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 8 * u, ahead);
       }
     }
 #pragma GCC unroll 4
@@ -442,12 +447,13 @@ CCTUNE_TARGET_AVX512 void Avx512Bf16Tile(int64_t k, const float* ap, int64_t lda
     }
   }
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const int64_t ahead = StreamPrefetchBytes();
   int64_t q = 0;
   for (; q + 32 * U <= k; q += 32 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 32 * u);
+      for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 32 * u, ahead);
     }
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
@@ -657,12 +663,13 @@ CCTUNE_TARGET_AVX512BF16 void Bf16DotTile(int64_t k, const bf16* a, int64_t lda,
       for (int j = 0; j < NR; ++j) acc[u][i][j] = _mm512_setzero_ps();
     }
   }
+  const int64_t ahead = StreamPrefetchBytes();
   int64_t q = 0;
   for (; q + 32 * U <= k; q += 32 * U) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
 #pragma GCC unroll 4
-      for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 32 * u);
+      for (int j = 0; j < NR; ++j) PrefetchB(b + j * ldb + q + 32 * u, ahead);
     }
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
