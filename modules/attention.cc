@@ -12,7 +12,8 @@ namespace cctune {
 namespace {
 
 // Scratch slots of one forward call.
-enum Slot : size_t { kQ, kK, kV, kKExpanded, kVExpanded, kAttn };
+enum Slot : size_t { kQ, kK, kV, kKExpanded, kVExpanded, kAttn, kNumSlots };
+static_assert(kNumSlots == MultiHeadAttention::kScratchSlots);
 
 absl::Status CheckProjection(const Linear* proj, const char* name, int64_t in, int64_t out,
                              const char* expected) {

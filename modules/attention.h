@@ -133,6 +133,13 @@ class MultiHeadAttention : public Module {
   absl::StatusOr<Tensor> operator()(const Tensor& x, const Tensor* mask = nullptr,
                                     const Tensor* input_pos = nullptr);
 
+  // Inference buffers: slots [first_slot, first_slot + kScratchSlots) of `pool` from now on
+  // (modules/scratch.h; TransformerSelfAttentionLayer::ShareScratch).
+  static constexpr size_t kScratchSlots = 6;
+  void ShareScratch(std::shared_ptr<Scratch> pool, size_t first_slot) {
+    scratch_.Share(std::move(pool), first_slot);
+  }
+
  private:
   explicit MultiHeadAttention(MultiHeadAttentionArgs args);
 

@@ -48,6 +48,13 @@ class FeedForward : public Module {
   // A new f32 output on x's device.
   absl::StatusOr<Tensor> operator()(const Tensor& x);
 
+  // Inference buffers (gate, up): slots [first_slot, first_slot + kScratchSlots) of `pool`
+  // from now on (modules/scratch.h; TransformerSelfAttentionLayer::ShareScratch).
+  static constexpr size_t kScratchSlots = 2;
+  void ShareScratch(std::shared_ptr<Scratch> pool, size_t first_slot) {
+    scratch_.Share(std::move(pool), first_slot);
+  }
+
  private:
   FeedForward(std::unique_ptr<Linear> w1, std::unique_ptr<Linear> w2, std::unique_ptr<Linear> w3);
 

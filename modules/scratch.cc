@@ -6,6 +6,7 @@ namespace cctune {
 
 absl::StatusOr<Tensor> Scratch::Get(size_t slot, Shape shape, DType dtype, const Device& device) {
   if (device.is_meta()) return Tensor::Empty(std::move(shape), dtype, device);
+  if (pool_ != nullptr) return pool_->Get(first_slot_ + slot, std::move(shape), dtype, device);
   if (slot >= slots_.size()) slots_.resize(slot + 1);
   // At least one byte so that empty shapes still get a storage to view.
   const size_t bytes = std::max<size_t>(1, NumElements(shape) * DTypeSize(dtype));
@@ -15,6 +16,12 @@ absl::StatusOr<Tensor> Scratch::Get(size_t slot, Shape shape, DType dtype, const
     CCTUNE_ASSIGN_OR_RETURN(s, Storage::Allocate(device, bytes));
   }
   return Tensor::FromStorage(s, std::move(shape), dtype);
+}
+
+void Scratch::Share(std::shared_ptr<Scratch> pool, size_t first_slot) {
+  slots_.clear();
+  pool_ = std::move(pool);
+  first_slot_ = first_slot;
 }
 
 size_t Scratch::Bytes() const {

@@ -40,5 +40,31 @@ TEST(ScratchTest, EmptyShapesAndMeta) {
   EXPECT_EQ(m.shape(), (Shape{1 << 20, 1 << 20}));
 }
 
+TEST(ScratchTest, SharedPoolHandsOutOffsetSlots) {
+  auto pool = std::make_shared<Scratch>();
+  Scratch a, b, c;
+  Tensor own = ValueOrDie(a.Get(0, {8}, DType::kF32, Device::Cpu()));
+  EXPECT_EQ(a.Bytes(), 32u);
+  a.Share(pool, 0);
+  b.Share(pool, 0);
+  c.Share(pool, 2);
+  EXPECT_TRUE(a.shared());
+  EXPECT_EQ(a.Bytes(), 0u);  // its own buffers are dropped
+  Tensor a1 = ValueOrDie(a.Get(1, {4, 4}, DType::kF32, Device::Cpu()));
+  Tensor b1 = ValueOrDie(b.Get(1, {2, 8}, DType::kF32, Device::Cpu()));
+  EXPECT_EQ(a1.raw_data(), b1.raw_data());  // same slot of the pool
+  EXPECT_FALSE(own.SharesStorageWith(a1));
+  Tensor c0 = ValueOrDie(c.Get(0, {4}, DType::kF32, Device::Cpu()));
+  Tensor pool2 = ValueOrDie(pool->Get(2, {4}, DType::kF32, Device::Cpu()));
+  EXPECT_EQ(c0.raw_data(), pool2.raw_data());  // c's slot 0 is the pool's slot 2
+  EXPECT_FALSE(c0.SharesStorageWith(a1));
+  EXPECT_EQ(pool->Bytes(), 16u * 4 + 4u * 4);
+  a.Share(nullptr, 0);  // buffers of its own again
+  EXPECT_FALSE(a.shared());
+  Tensor again = ValueOrDie(a.Get(1, {4, 4}, DType::kF32, Device::Cpu()));
+  EXPECT_FALSE(again.SharesStorageWith(b1));
+  EXPECT_EQ(a.Bytes(), 64u);
+}
+
 }  // namespace
 }  // namespace cctune

@@ -49,6 +49,7 @@ TransformerDecoder::TransformerDecoder(std::unique_ptr<Embedding> tok_embeddings
   RegisterModule("tok_embeddings", tok_embeddings_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     RegisterModule(absl::StrCat("layers.", i), layers_[i].get());
+    layers_[i]->ShareScratch(layer_scratch_);
   }
   RegisterModule("norm", norm_.get());
   RegisterModule("output", output_.get());

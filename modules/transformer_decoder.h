@@ -68,6 +68,10 @@ class TransformerDecoder : public Module {
   int64_t CacheSize() const;
   // Sum of Bytes() over every layer's cache.
   size_t KvCacheBytes() const;
+  // Bytes of the inference forward's activation buffers, kept from call to call: the
+  // decoder's own and the one set its layers share (modules/scratch.h), so the same for
+  // 1 layer as for 32.
+  size_t InferenceScratchBytes() const { return scratch_.Bytes() + layer_scratch_->Bytes(); }
 
   // What Backward reads, saved by a training forward; the buffers are kept from call to call.
   struct Activations {
@@ -132,6 +136,8 @@ class TransformerDecoder : public Module {
   std::unique_ptr<Projection> output_;
   int64_t max_seq_len_;
   Scratch scratch_;
+  // One set of inference buffers for all the layers, which run one at a time (modules/scratch.h).
+  std::shared_ptr<Scratch> layer_scratch_ = std::make_shared<Scratch>();
   ParameterHook parameter_hook_;
 };
 

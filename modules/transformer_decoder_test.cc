@@ -22,10 +22,10 @@ constexpr int64_t kVocab = 19, kD = 16, kLayers = 2, kHeads = 4, kKvHeads = 2, k
                   kFfn = 24, kMaxSeqLen = 32;
 constexpr float kEps = 1e-5f;
 
-std::unique_ptr<TransformerDecoder> MakeDecoder(bool tied) {
+std::unique_ptr<TransformerDecoder> MakeDecoder(bool tied, int num_layers = kLayers) {
   auto rope = std::make_shared<RotaryPositionalEmbeddings>(kHeadDim, kMaxSeqLen);
   TransformerDecoder::Layers layers;
-  for (int i = 0; i < kLayers; ++i) {
+  for (int i = 0; i < num_layers; ++i) {
     MultiHeadAttentionArgs a;
     a.embed_dim = kD;
     a.num_heads = kHeads;
@@ -88,7 +88,7 @@ Vec ReferenceDecoder(const Model& m, bool tied, const std::vector<int64_t>& toke
     for (int64_t d = 0; d < kD; ++d) h[r * kD + d] = table[tokens[r] * kD + d];
   }
   const Vec inv = reference::RopeInvFrequencies(kHeadDim, 10000.0);
-  for (int l = 0; l < kLayers; ++l) {
+  for (int l = 0; l < static_cast<int>(m.decoder->num_layers()); ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const Vec n1 = reference::RmsNorm(h, rows, kD, m.P(p + "sa_norm.scale"), kEps);
     Vec q = reference::Linear(n1, rows, kD, m.P(p + "attn.q_proj.weight"), kHeads * kHeadDim);
@@ -251,6 +251,32 @@ TEST(TransformerDecoderTest, Bf16WeightsWithF32Activations) {
     EXPECT_LE(MaxRelError(ToVec(logits), LogitRows(want, b, s, pos, len)), 1e-5) << pos;
     pos += len;
   }
+}
+
+// The layers share one set of inference buffers: a 4-layer decoder keeps as many activation
+// bytes between calls as a 1-layer one, and its output stays that of the fp64 reference.
+TEST(TransformerDecoderTest, LayersShareTheInferenceBuffers) {
+  const int64_t b = 2, s = 6;
+  const auto tokens = RandomTokens(b * s, 8);
+  size_t bytes[2] = {0, 0};
+  for (int which = 0; which < 2; ++which) {
+    Model m{MakeDecoder(false, which == 0 ? 1 : 4), {}};
+    m.arena = ValueOrDie(ParameterArena::Create(*m.decoder, DType::kF32, Device::Cpu()));
+    Generator gen(21);
+    for (auto& [name, t] : m.arena.named_tensors()) {
+      Tensor v = t;
+      const bool scale = name.find("norm") != std::string::npos;
+      CCTUNE_CHECK_OK(FillNormal(v, scale ? 1.0 : 0.0, 0.3, gen));
+    }
+    EXPECT_EQ(m.decoder->InferenceScratchBytes(), 0u);
+    Tensor logits = ValueOrDie((*m.decoder)(Tokens(tokens, b, s)));
+    EXPECT_LE(MaxRelError(ToVec(logits), ReferenceDecoder(m, false, tokens, b, s)), 1e-5)
+        << (which == 0 ? 1 : 4) << " layers";
+    bytes[which] = m.decoder->InferenceScratchBytes();
+  }
+  // Per layer: x-sized norm/branch/h buffers, q/k/v/attn, and the feed-forward's gate and up.
+  EXPECT_GE(bytes[0], static_cast<size_t>(b * s * (3 * kD + 2 * kFfn)) * sizeof(float));
+  EXPECT_EQ(bytes[1], bytes[0]);
 }
 
 TEST(TransformerDecoderTest, StateDictNamesFollowTorchtune) {

@@ -80,6 +80,13 @@ absl::Status TransformerSelfAttentionLayer::Forward(Tensor& out, const Tensor& x
   return absl::OkStatus();
 }
 
+void TransformerSelfAttentionLayer::ShareScratch(const std::shared_ptr<Scratch>& pool) {
+  constexpr size_t kOwnSlots = 3;  // xn1 (= xn2), branch, h
+  scratch_.Share(pool, 0);
+  attn_->ShareScratch(pool, kOwnSlots);
+  mlp_->ShareScratch(pool, kOwnSlots + MultiHeadAttention::kScratchSlots);
+}
+
 absl::Status TransformerSelfAttentionLayer::Backward(Tensor& dh, const Tensor& x,
                                                      const Tensor* mask, const Tensor* input_pos,
                                                      Activations& acts, ActivationStore& store) {

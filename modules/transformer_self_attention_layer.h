@@ -59,6 +59,12 @@ class TransformerSelfAttentionLayer : public Module {
   absl::Status Backward(Tensor& dh, const Tensor& x, const Tensor* mask, const Tensor* input_pos,
                         Activations& acts, ActivationStore& store);
 
+  // The inference forward's buffers (this layer's three, then its attention's and its
+  // feed-forward's) from now on come from `pool`, at the same slots for every layer that
+  // shares it: layers that run one after another hold one set of activations between them
+  // (TransformerDecoder does this for its layers; modules/scratch.h).
+  void ShareScratch(const std::shared_ptr<Scratch>& pool);
+
  private:
   TransformerSelfAttentionLayer(std::unique_ptr<MultiHeadAttention> attn,
                                 std::unique_ptr<FeedForward> mlp, std::unique_ptr<RMSNorm> sa_norm,
