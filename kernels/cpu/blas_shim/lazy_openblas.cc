@@ -44,6 +44,13 @@ void* Symbol(void* handle, const char* path, const char* name) {
 OpenBlasApi Open() {
   const char* env = std::getenv(kOpenBlasLibraryEnv);
   const char* path = env != nullptr && *env != '\0' ? env : kOpenBlasLibrary;
+  // cctune calls OpenBLAS on one thread per call (kernels/cpu/gemm splits the work over its own
+  // threads and sets openblas_set_num_threads(1)). Without this, OpenBLAS's constructor starts
+  // a server thread per core, which spin-yields for ~2^28 cycles (~80 ms) after the load,
+  // taking time slices from the caller's threads: measured, sched_yield from libopenblas's
+  // thread and ~6% of a 128-token prefill in the scheduler (lazy_openblas.h). A value the
+  // user set stays.
+  ::setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/0);
   // RTLD_LOCAL: the library's symbols do not join the global scope (ours stay the ones called).
   void* handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {

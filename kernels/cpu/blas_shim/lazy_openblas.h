@@ -12,6 +12,9 @@
 // loader's search path (Debian's libopenblas0-pthread). A library that cannot be opened or
 // lacks a symbol ends the process with a message that names it (a BLAS call cannot fail).
 // Don't link a binary with both this and -lopenblas: both define the cblas_* symbols.
+// Before opening it, OPENBLAS_NUM_THREADS is set to 1 where the environment does not set it:
+// cctune runs every BLAS call on one thread, and OpenBLAS's idle server threads would otherwise
+// spin-yield beside the caller's threads for ~80 ms after the load.
 
 namespace cctune {
 

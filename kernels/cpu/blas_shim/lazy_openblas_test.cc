@@ -18,6 +18,15 @@
 namespace cctune {
 namespace {
 
+int ThreadsOfThisProcess() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
 bool OpenBlasMapped() {
   std::ifstream maps("/proc/self/maps");
   std::stringstream ss;
@@ -49,8 +58,14 @@ TEST(LazyOpenBlasTest, OpensOnFirstCallAndComputes) {
   std::vector<float> c = Random(size_t(m) * ldc, rng);
   const std::vector<float> c0 = c;
   const float alpha = 0.75f, beta = -0.5f;
+  const int threads_before = ThreadsOfThisProcess();
+  ASSERT_EQ(std::getenv("OPENBLAS_NUM_THREADS"), nullptr) << "the test runs with it unset";
   openblas_set_num_threads(1);  // the first call: opens the library
   EXPECT_TRUE(OpenBlasMapped());
+  // OpenBLAS was opened single-threaded: no server threads spinning beside the caller's.
+  EXPECT_EQ(ThreadsOfThisProcess(), threads_before);
+  const char* threads_env = std::getenv("OPENBLAS_NUM_THREADS");
+  EXPECT_STREQ(threads_env != nullptr ? threads_env : "(unset)", "1");
   // C = alpha A B^T + beta C (row-major, A m x k, B n x k): GemmNT, as kernels/cpu/gemm uses it.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, alpha, a.data(), lda, b.data(),
               ldb, beta, c.data(), ldc);
