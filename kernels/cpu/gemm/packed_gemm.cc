@@ -606,12 +606,14 @@ void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int
           const int64_t lines_per_row = (klen * elem + 63) / 64;
           const int64_t lines = std::max<int64_t>(0, next_rows) * lines_per_row;
           const int64_t per_strip = (lines + (ie - ic) - 1) / (ie - ic);
-          int64_t line = 0;
+          // Next line to prefetch: `done` of `lines`, at byte `at` of row `row` (no divisions
+          // in this loop: they cost ~5% of the GEMM at m = 128).
+          int64_t done = 0, row = jc + jr + NR, at = 0;
+          const int64_t row_bytes = lines_per_row * 64;
           for (int64_t st = ic; st < ie; ++st) {
-            for (int64_t e = std::min(lines, line + per_strip); line < e; ++line) {
-              const int64_t row = jc + jr + NR + line / lines_per_row;
-              _mm_prefetch(b_bytes + (row * p.ldb + p0) * elem + (line % lines_per_row) * 64,
-                           _MM_HINT_T1);
+            for (const int64_t e = std::min(lines, done + per_strip); done < e; ++done) {
+              _mm_prefetch(b_bytes + (row * p.ldb + p0) * elem + at, _MM_HINT_T1);
+              if ((at += 64) == row_bytes) at = 0, ++row;
             }
             const T* ap = apack + (kb * strips + st) * strip_elems;
             const int64_t i = st * MR;
