@@ -400,57 +400,79 @@ CCTUNE_TARGET_AVX512 CCTUNE_INLINE void StoreRow512(float* c, __m512 v0, __m512 
   }
 }
 
-CCTUNE_TARGET_AVX512 CCTUNE_INLINE void StoreTile512(const __m512* acc0, const __m512* acc1, int mr, int nr,
-                                             float* c, int64_t ldc, float beta) {
+// The first `rows` (a template bound: the kernels below come in 12-, 8- and 4-row forms) of
+// the tile's rows, mr of them real.
+template <int ROWS>
+CCTUNE_TARGET_AVX512 CCTUNE_INLINE void StoreTile512(const __m512* acc0, const __m512* acc1,
+                                                     int mr, int nr, float* c, int64_t ldc,
+                                                     float beta) {
   const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
   const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffffu : (1u << std::max(0, nr - 16)) - 1u);
 #pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < ROWS; ++i) {
     if (i < mr) StoreRow512(c + i * ldc, acc0[i], acc1[i], beta, m0, m1);
   }
 }
 
 constexpr int kMr512 = 12;  // (PackAAvx512F32 and PackAAvx512Bf16Pairs store 12 words)
 
-CCTUNE_TARGET_AVX512 void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c,
-                                   int64_t ldc, float beta, int mr, int nr) {
-  constexpr int MR = kMr512;
-  __m512 acc0[MR], acc1[MR];
+// The 12 x 32 kernels below run their first ROWS rows only (the A strip keeps its 12-word
+// steps): a strip with mr <= 8 (m = 128 ends in one of 8 rows) or mr <= 4 does not spend
+// 12 rows of multiply-adds on zero rows.
+template <int ROWS>
+CCTUNE_TARGET_AVX512 void KernelAvx512Rows(int64_t steps, const float* ap, const float* bp,
+                                           float* c, int64_t ldc, float beta, int mr, int nr) {
+  __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int i = 0; i < ROWS; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
     const __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const __m512 av = _mm512_set1_ps(ap[i]);
       acc0[i] = _mm512_fmadd_ps(av, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(av, b1, acc1[i]);
     }
-    ap += MR;
+    ap += kMr512;
     bp += 32;
   }
-  StoreTile512(acc0, acc1, mr, nr, c, ldc, beta);
+  StoreTile512<ROWS>(acc0, acc1, mr, nr, c, ldc, beta);
 }
 
-CCTUNE_TARGET_AVX512BF16 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp,
-                                           float* c, int64_t ldc, float beta, int mr, int nr) {
-  constexpr int MR = kMr512;
-  __m512 acc0[MR], acc1[MR];
+template <int ROWS>
+CCTUNE_TARGET_AVX512BF16 void KernelAvx512Bf16Rows(int64_t steps, const uint32_t* ap,
+                                                   const uint32_t* bp, float* c, int64_t ldc,
+                                                   float beta, int mr, int nr) {
+  __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int i = 0; i < ROWS; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[i]));
       acc0[i] = _mm512_dpbf16_ps(acc0[i], av, b0);
       acc1[i] = _mm512_dpbf16_ps(acc1[i], av, b1);
     }
-    ap += MR;
+    ap += kMr512;
     bp += 32;
   }
-  StoreTile512(acc0, acc1, mr, nr, c, ldc, beta);
+  StoreTile512<ROWS>(acc0, acc1, mr, nr, c, ldc, beta);
+}
+
+void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c, int64_t ldc,
+                  float beta, int mr, int nr) {
+  if (mr <= 4) return KernelAvx512Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr);
+  if (mr <= 8) return KernelAvx512Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr);
+  KernelAvx512Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr);
+}
+
+void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp, float* c,
+                      int64_t ldc, float beta, int mr, int nr) {
+  if (mr <= 4) return KernelAvx512Bf16Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr);
+  if (mr <= 8) return KernelAvx512Bf16Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr);
+  KernelAvx512Bf16Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr);
 }
 
 constexpr int kMr256 = 6;

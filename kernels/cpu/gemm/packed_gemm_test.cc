@@ -129,7 +129,10 @@ TEST_P(PackedGemmTest, MatchesFp64Reference) {
   int cases = 0;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     if (isa == PackedIsa::kAvx512Bf16 && dtype != DType::kBF16) continue;
-    for (int64_t m : {int64_t{1}, int64_t{bl.mr - 1}, int64_t{bl.mr}, int64_t{2 * bl.mr + 5}}) {
+    // m's last strip: every row count the AVX-512 kernels' 4-, 8- and 12-row forms take, and
+    // their boundaries (4, 8 rows).
+    for (int64_t m : {int64_t{1}, int64_t{bl.mr - 1}, int64_t{bl.mr}, int64_t{2 * bl.mr + 5},
+                      int64_t{bl.mr + 4}, int64_t{2 * bl.mr + 8}}) {
       for (int64_t n : {int64_t{1}, int64_t{bl.nr + 1}, int64_t{3 * bl.nr - 1}}) {
         for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{17}, bl.kc, bl.kc + 1, 2 * bl.kc + 7}) {
           for (auto [beta, pad] : {std::pair<float, int64_t>{0.f, 3}, {1.f, 0}, {0.5f, 5}}) {
