@@ -17,6 +17,7 @@
 #include "generation/generate.h"
 #include "generation/model_loader.h"
 #include "kernels/cpu/blas_shim/lazy_openblas.h"
+#include "kernels/cpu/op_profile.h"
 #include "models/quantization.h"
 #include "models/registry.h"
 #include "modules/attention.h"
@@ -95,10 +96,49 @@ Schema BuildSchema() {
       .Default("quantizer", KeyType::Component("quantizer").OrNull(), ConfigNode::Null(),
                "weight-only quantizer (cctune.training.quantization.Int8WeightOnlyQuantizer / "
                "Int4WeightOnlyQuantizer; CPU): quantizes a full-precision checkpoint at load, "
-               "and must match a checkpoint the quantize recipe wrote (null: none)");
+               "and must match a checkpoint the quantize recipe wrote (null: none)")
+      .Default("profile", KeyType::Bool(), ConfigNode::Bool(false),
+               "print where the prefill's and the decode's time went, by kind of op (GEMMs with "
+               "their GFLOP/s, attention, elementwise, untimed); device cpu only");
 }
 
 double Gb(double bytes) { return bytes / 1e9; }
+
+// `after` less `before`, category by category.
+cpu::OpProfile ProfileDelta(const cpu::OpProfile& after, const cpu::OpProfile& before) {
+  cpu::OpProfile d = after;
+  for (int i = 0; i < cpu::kNumOpCategories; ++i) {
+    d[i].seconds -= before[i].seconds;
+    d[i].flops -= before[i].flops;
+    d[i].bytes -= before[i].bytes;
+    d[i].calls -= before[i].calls;
+  }
+  return d;
+}
+
+// "Profile <phase>: <category> <s> sec (<%>), <n> calls[, <GFLOP/s>]" per category that ran,
+// then the time outside the timed ops (sampling, the model's glue, thread hand-offs).
+void PrintProfile(const char* phase, const cpu::OpProfile& prof, double wall_seconds) {
+  double timed = 0;
+  for (int i = 0; i < cpu::kNumOpCategories; ++i) {
+    const cpu::OpStats& st = prof[i];
+    if (st.calls <= 0) continue;
+    timed += st.seconds;
+    const double pct = wall_seconds > 0 ? 100.0 * st.seconds / wall_seconds : 0.0;
+    std::string rate;
+    if (st.flops > 0 && st.seconds > 0) {
+      rate = absl::StrCat(", ", ThreeSignificantDigits(st.flops / st.seconds / 1e9), " GFLOP/s");
+    }
+    std::fprintf(stderr, "Profile %s: %s %s sec (%.1f%%), %lld calls%s\n", phase,
+                 cpu::OpCategoryName(static_cast<cpu::OpCategory>(i)),
+                 ThreeSignificantDigits(st.seconds).c_str(), pct,
+                 static_cast<long long>(st.calls), rate.c_str());
+  }
+  const double rest = std::max(0.0, wall_seconds - timed);
+  std::fprintf(stderr, "Profile %s: untimed %s sec (%.1f%%)\n", phase,
+               ThreeSignificantDigits(rest).c_str(),
+               wall_seconds > 0 ? 100.0 * rest / wall_seconds : 0.0);
+}
 
 // Bytes of the arena's parameters that view a mapped checkpoint file (resident as the file's
 // pages, outside the allocator's counters). Tensors the arena views in memory of their own
@@ -295,6 +335,22 @@ absl::Status RunGenerateRecipe(const Config& config) {
   Generator gen(seed);
   CCTUNE_ASSIGN_OR_RETURN(Tensor prompt_tensor, LeftPad({prompt}, options.pad_id));
 
+  // profile: the CPU backend's op timers (kernels/cpu/op_profile.h), read once after the
+  // prefill's token and once at the end.
+  CCTUNE_ASSIGN_OR_RETURN(bool profile, root.GetBool("profile"));
+  if (profile && !device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: true times the CPU backend's ops; device is ", device_name, " (set profile=false)"));
+  }
+  cpu::OpProfile prefill_profile{};
+  if (profile) {
+    cpu::SetOpProfiling(true);
+    cpu::ResetOpProfile();
+    options.on_token = [&prefill_profile](const GenerationStep& step) {
+      if (step.step == 0) prefill_profile = cpu::OpProfileSnapshot();
+    };
+  }
+
   ResetPeakMemory(device);
   const auto t0 = std::chrono::steady_clock::now();
   CCTUNE_ASSIGN_OR_RETURN(GenerateResult result, Generate(*model, prompt_tensor, options, gen));
@@ -346,6 +402,14 @@ absl::Status RunGenerateRecipe(const Config& config) {
                  ThreeSignificantDigits(Gb(decode_bytes / result.decode_seconds)).c_str());
   } else {
     std::fprintf(stderr, "Decode: 0 tokens (only the first token was generated)\n");
+  }
+  if (profile) {
+    const cpu::OpProfile all = cpu::OpProfileSnapshot();
+    cpu::SetOpProfiling(false);
+    PrintProfile("prefill", prefill_profile, result.prefill_seconds);
+    if (decode_tokens > 0) {
+      PrintProfile("decode", ProfileDelta(all, prefill_profile), result.decode_seconds);
+    }
   }
   // Allocations at their peak plus the weights viewed in the mapped files (resident too).
   std::fprintf(stderr, "Memory used: %.02f GB\n",

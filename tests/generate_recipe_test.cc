@@ -141,6 +141,33 @@ TEST_F(GenerateRecipeFixtureTest, CopiedAndViewedWeightsGiveTheSameText) {
   EXPECT_THAT(bad.err, HasSubstr("load_weights"));
 }
 
+// profile=true: the same text, and per phase one line per kind of op that ran (the GEMMs
+// with their GFLOP/s) plus the untimed rest; the fixture model's 2 layers run 7 GEMMs each
+// (q, k, v, o, w1, w3, w2: an fp32 llama2.c file, viewed, not fused) and the output
+// projection in every pass.
+TEST_F(GenerateRecipeFixtureTest, ProfileSplitsPrefillAndDecodeByKindOfOp) {
+  ProcessResult plain = RunRecipe({"prompt.user=the cat"});
+  ProcessResult prof = RunRecipe({"prompt.user=the cat", "profile=true"});
+  ASSERT_EQ(prof.exit_code, 0) << prof.err;
+  EXPECT_EQ(prof.out, plain.out);
+  EXPECT_THAT(plain.err, Not(HasSubstr("Profile ")));
+  for (const char* phase : {"prefill", "decode"}) {
+    const std::string p = std::string("Profile ") + phase + ": ";
+    EXPECT_THAT(prof.err, HasSubstr(p + "gemm forward (x.W^T) ")) << phase;
+    EXPECT_THAT(prof.err, HasSubstr(p + "attention forward ")) << phase;
+    EXPECT_THAT(prof.err, HasSubstr(p + "elementwise forward ")) << phase;
+    EXPECT_THAT(prof.err, HasSubstr(p + "untimed ")) << phase;
+  }
+  const size_t at = prof.err.find("Profile prefill: gemm forward (x.W^T) ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = prof.err.substr(at, prof.err.find('\n', at) - at);
+  EXPECT_THAT(line, HasSubstr(" 15 calls, ")) << line;
+  EXPECT_THAT(line, HasSubstr(" GFLOP/s")) << line;
+  // 19 decode passes of the same 15 GEMMs.
+  EXPECT_THAT(prof.err, HasSubstr("Profile decode: gemm forward (x.W^T) ")) << prof.err;
+  EXPECT_THAT(prof.err, HasSubstr(" 285 calls, ")) << prof.err;
+}
+
 TEST_F(GenerateRecipeFixtureTest, SameSeedSameTextDifferentSeedDifferentText) {
   std::vector<std::string> sampling = {"prompt.user=the", "temperature=1.0", "top_k=50",
                                        "top_p=0.95", "max_new_tokens=40"};
