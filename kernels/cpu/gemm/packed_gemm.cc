@@ -382,8 +382,28 @@ CCTUNE_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t 
 }
 
 // ---------------------------------------------------------------------------------------------
+// The lines of B that a kernel call prefetches into L2 (the next micro-panel's rows of this
+// k-block, while the kernels run on the current one). The AVX-512 kernels issue one every 4
+// k-steps; issued in a burst before each call, they stalled on the full miss queue (perf:
+// ~4% of a 128-row GEMM on the prefetch instructions). `left` is this call's share.
+struct PrefetchCursor {
+  const char* row = nullptr;  // the current row's first byte in this k-block
+  int64_t ld_bytes = 0, row_bytes = 0, at = 0, left = 0;
+
+  CCTUNE_INLINE void Next() {
+    if (left <= 0) return;
+    _mm_prefetch(row + at, _MM_HINT_T1);
+    if ((at += 64) == row_bytes) at = 0, row += ld_bytes;
+    --left;
+  }
+  void Drain() {
+    while (left > 0) Next();
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Micro-kernels: C tile [MR, NR] (row stride ldc) = A strip · B micro-panel over `steps`
-// k-steps, + beta·C (beta == 0: C not read).
+// k-steps, + beta·C (beta == 0: C not read); they issue the cursor's prefetches.
 
 // Row i of the tile (two vectors), masked to the tile's nr real columns (mask loads and stores
 // neither fault nor touch memory past them).
@@ -421,7 +441,8 @@ constexpr int kMr512 = 12;  // (PackAAvx512F32 and PackAAvx512Bf16Pairs store 12
 // 12 rows of multiply-adds on zero rows.
 template <int ROWS>
 CCTUNE_TARGET_AVX512 void KernelAvx512Rows(int64_t steps, const float* ap, const float* bp,
-                                           float* c, int64_t ldc, float beta, int mr, int nr) {
+                                           float* c, int64_t ldc, float beta, int mr, int nr,
+                                           PrefetchCursor* pf) {
   __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -435,14 +456,17 @@ CCTUNE_TARGET_AVX512 void KernelAvx512Rows(int64_t steps, const float* ap, const
     }
     ap += kMr512;
     bp += 32;
+    if ((s & 3) == 3) pf->Next();
   }
+  pf->Drain();
   StoreTile512<ROWS>(acc0, acc1, mr, nr, c, ldc, beta);
 }
 
 template <int ROWS>
 CCTUNE_TARGET_AVX512BF16 void KernelAvx512Bf16Rows(int64_t steps, const uint32_t* ap,
                                                    const uint32_t* bp, float* c, int64_t ldc,
-                                                   float beta, int mr, int nr) {
+                                                   float beta, int mr, int nr,
+                                                   PrefetchCursor* pf) {
   __m512 acc0[ROWS], acc1[ROWS];
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -457,22 +481,24 @@ CCTUNE_TARGET_AVX512BF16 void KernelAvx512Bf16Rows(int64_t steps, const uint32_t
     }
     ap += kMr512;
     bp += 32;
+    if ((s & 3) == 3) pf->Next();
   }
+  pf->Drain();
   StoreTile512<ROWS>(acc0, acc1, mr, nr, c, ldc, beta);
 }
 
 void KernelAvx512(int64_t steps, const float* ap, const float* bp, float* c, int64_t ldc,
-                  float beta, int mr, int nr) {
-  if (mr <= 4) return KernelAvx512Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr);
-  if (mr <= 8) return KernelAvx512Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr);
-  KernelAvx512Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr);
+                  float beta, int mr, int nr, PrefetchCursor* pf) {
+  if (mr <= 4) return KernelAvx512Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
+  if (mr <= 8) return KernelAvx512Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
+  KernelAvx512Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
 }
 
 void KernelAvx512Bf16(int64_t steps, const uint32_t* ap, const uint32_t* bp, float* c,
-                      int64_t ldc, float beta, int mr, int nr) {
-  if (mr <= 4) return KernelAvx512Bf16Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr);
-  if (mr <= 8) return KernelAvx512Bf16Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr);
-  KernelAvx512Bf16Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr);
+                      int64_t ldc, float beta, int mr, int nr, PrefetchCursor* pf) {
+  if (mr <= 4) return KernelAvx512Bf16Rows<4>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
+  if (mr <= 8) return KernelAvx512Bf16Rows<8>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
+  KernelAvx512Bf16Rows<kMr512>(steps, ap, bp, c, ldc, beta, mr, nr, pf);
 }
 
 constexpr int kMr256 = 6;
@@ -529,7 +555,8 @@ void KernelScalarFull(int64_t steps, const float* ap, const float* bp, float* c,
 // real mr x nr part added to C.
 template <int MR, int NR, auto kFull>
 void WithEdges(int64_t steps, const float* ap, const float* bp, float* c, int64_t ldc, float beta,
-               int mr, int nr) {
+               int mr, int nr, PrefetchCursor* pf) {
+  pf->Drain();  // (these kernels issue the call's prefetches up front)
   if (mr == MR && nr == NR) {
     kFull(steps, ap, bp, c, ldc, beta);
     return;
@@ -628,19 +655,20 @@ void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int
           const int64_t lines_per_row = (klen * elem + 63) / 64;
           const int64_t lines = std::max<int64_t>(0, next_rows) * lines_per_row;
           const int64_t per_strip = (lines + (ie - ic) - 1) / (ie - ic);
-          // Next line to prefetch: `done` of `lines`, at byte `at` of row `row` (no divisions
-          // in this loop: they cost ~5% of the GEMM at m = 128).
-          int64_t done = 0, row = jc + jr + NR, at = 0;
-          const int64_t row_bytes = lines_per_row * 64;
+          PrefetchCursor pf;
+          if (lines > 0) {
+            pf.row = b_bytes + ((jc + jr + NR) * p.ldb + p0) * elem;
+            pf.ld_bytes = p.ldb * elem;
+            pf.row_bytes = lines_per_row * 64;
+          }
+          int64_t issued = 0;
           for (int64_t st = ic; st < ie; ++st) {
-            for (const int64_t e = std::min(lines, done + per_strip); done < e; ++done) {
-              _mm_prefetch(b_bytes + (row * p.ldb + p0) * elem + at, _MM_HINT_T1);
-              if ((at += 64) == row_bytes) at = 0, ++row;
-            }
+            pf.left = std::min(per_strip, lines - issued);
+            issued += pf.left;
             const T* ap = apack + (kb * strips + st) * strip_elems;
             const int64_t i = st * MR;
             const int mr = static_cast<int>(std::min<int64_t>(MR, p.m - i));
-            P::Kernel(steps, ap, bp, p.c + i * p.ldc + jc + jr, p.ldc, beta, mr, nr);
+            P::Kernel(steps, ap, bp, p.c + i * p.ldc + jc + jr, p.ldc, beta, mr, nr, &pf);
           }
         }
       }
