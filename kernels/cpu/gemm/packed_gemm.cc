@@ -731,6 +731,190 @@ void RunPacked(const Args& p) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The bf16 B-broadcast path (PackedGemmNT on kAvx512Bf16): B read in place, never packed.
+//
+// Its register tile is the transpose of the pair kernel's: kBcastNr = 12 rows of B, one
+// 32-bit pair of each broadcast per k-step straight from B's row-major storage, times
+// kBcastMr = 32 rows of A (two vectors of packed A pairs): 24 accumulators, 14 loads and
+// 24 vdpbf16ps per step, as the pair kernel. That kernel's B micro-panels cost 10-15% of a
+// 128-row GEMM in transposes (perf, one thread, with B in L2 or not alike); here only A (m x k,
+// small in prefill) is packed, into 32-row strips of pairs. A tile sums a whole k-block of
+// kBcastKc values, then is transposed in registers (two 16 x 16 word transposes) and stored
+// once per k-block.
+//
+// Loops per thread: m in blocks of kBcastMc rows (the block's packed A, 512 KiB at the 2048
+// k-block, stays in L2), k in blocks of kBcastKc, the thread's groups of 12 rows of B (their
+// k-block, 12 x 4 KiB, read from DRAM by the block's first strip and from L1/L2 by the others;
+// the next group's lines prefetched into L2 one every 4 k-steps), then the block's strips.
+// Each C element is the same sequence of operations whatever m, n, the block or the thread
+// (batch-invariant, as GemmNT's bf16 routes must be).
+constexpr int kBcastMr = 32, kBcastNr = 12;
+constexpr int64_t kBcastKc = 2048, kBcastMc = 128;
+
+// Strip of A rows [i0, i0 + mr) (mr <= 32, rows past it zero) of k-block [p0, p0 + klen) as
+// bf16 pairs: dst[s * 32 + r] = bf16(a[i0 + r][p0 + 2s]) | bf16(a[i0 + r][p0 + 2s + 1]) << 16,
+// an odd klen's last pair with a zero high half.
+CCTUNE_TARGET_AVX512BF16 void PackABcastStrip(const Args& p, int64_t i0, int mr, int64_t p0,
+                                              int64_t klen, uint32_t* dst) {
+  for (int64_t q0 = 0; q0 < klen; q0 += 32) {
+    const int64_t valid = std::min<int64_t>(32, klen - q0);
+    const __mmask16 mlo = static_cast<__mmask16>(valid >= 16 ? 0xffffu : (1u << valid) - 1u);
+    const __mmask16 mhi = static_cast<__mmask16>(
+        valid >= 32 ? 0xffffu : (1u << std::max<int64_t>(0, valid - 16)) - 1u);
+    for (int h = 0; h < 2; ++h) {
+      __m512i w[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        if (16 * h + r < mr) {
+          const float* src = p.a + (i0 + 16 * h + r) * p.lda + p0 + q0;
+          w[r] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(
+              _mm512_maskz_loadu_ps(mhi, src + 16), _mm512_maskz_loadu_ps(mlo, src)));
+        } else {
+          w[r] = _mm512_setzero_si512();
+        }
+      }
+      Transpose16x16(w);
+      for (int64_t t = 0; 2 * t < valid; ++t) {
+        _mm512_storeu_si512(dst + (q0 / 2 + t) * kBcastMr + 16 * h, w[t]);
+      }
+    }
+  }
+}
+
+// C tile (+)= A strip [mr <= 32 rows] x B rows [nr <= ROWS] over klen k-values: mode 0 C =
+// tile, 1 C = beta·C + tile, 2 C += tile. B rows past nr are not read.
+template <int ROWS>
+CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, const uint16_t* b,
+                                          int64_t ldb, int nr, float* c, int64_t ldc, int mr,
+                                          int mode, float beta, PrefetchCursor* pf) {
+  const uint16_t* rows[ROWS];
+#pragma GCC unroll 12
+  for (int j = 0; j < ROWS; ++j) rows[j] = b + (j < nr ? j : 0) * ldb;
+  __m512 acc0[ROWS], acc1[ROWS];
+#pragma GCC unroll 12
+  for (int j = 0; j < ROWS; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+  const int64_t steps = klen / 2;
+  for (int64_t s = 0; s < steps; ++s) {
+    const __m512bh a0 = (__m512bh)_mm512_loadu_si512(ap);
+    const __m512bh a1 = (__m512bh)_mm512_loadu_si512(ap + 16);
+#pragma GCC unroll 12
+    for (int j = 0; j < ROWS; ++j) {
+      int32_t pair;
+      std::memcpy(&pair, rows[j] + 2 * s, sizeof(pair));
+      const __m512bh bv = (__m512bh)_mm512_set1_epi32(pair);
+      acc0[j] = _mm512_dpbf16_ps(acc0[j], bv, a0);
+      acc1[j] = _mm512_dpbf16_ps(acc1[j], bv, a1);
+    }
+    ap += kBcastMr;
+    if ((s & 3) == 3) pf->Next();
+  }
+  if (klen & 1) {  // the last value alone: A's pair has a zero high half, B's is not read
+    const __m512bh a0 = (__m512bh)_mm512_loadu_si512(ap);
+    const __m512bh a1 = (__m512bh)_mm512_loadu_si512(ap + 16);
+#pragma GCC unroll 12
+    for (int j = 0; j < ROWS; ++j) {
+      const __m512bh bv = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(rows[j][klen - 1]));
+      acc0[j] = _mm512_dpbf16_ps(acc0[j], bv, a0);
+      acc1[j] = _mm512_dpbf16_ps(acc1[j], bv, a1);
+    }
+  }
+  pf->Drain();
+  const __mmask16 cols = static_cast<__mmask16>((1u << nr) - 1u);
+  const __m512 bv = _mm512_set1_ps(beta);
+  for (int h = 0; h < 2 && 16 * h < mr; ++h) {
+    __m512i w[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      w[j] = j < ROWS ? _mm512_castps_si512(h == 0 ? acc0[j < ROWS ? j : 0] : acc1[j < ROWS ? j : 0])
+                      : _mm512_setzero_si512();
+    }
+    Transpose16x16(w);  // w[r] lane j: C[16h + r][j]
+    const int rows_here = std::min(16, mr - 16 * h);
+    for (int r = 0; r < rows_here; ++r) {
+      float* cr = c + (16 * h + r) * ldc;
+      __m512 v = _mm512_castsi512_ps(w[r]);
+      if (mode == 2) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(cols, cr));
+      } else if (mode == 1) {
+        v = _mm512_fmadd_ps(bv, _mm512_maskz_loadu_ps(cols, cr), v);
+      }
+      _mm512_mask_storeu_ps(cr, cols, v);
+    }
+  }
+}
+
+void BcastTile(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb, int nr, float* c,
+               int64_t ldc, int mr, int mode, float beta, PrefetchCursor* pf) {
+  if (nr <= 4) return BcastKernel<4>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  if (nr <= 8) return BcastKernel<8>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  BcastKernel<kBcastNr>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+}
+
+void RunBcastBf16(const Args& p) {
+  const int64_t strips = (p.m + kBcastMr - 1) / kBcastMr;
+  const int64_t kblocks = (p.k + kBcastKc - 1) / kBcastKc;
+  const int64_t strip_words = (kBcastKc + 1) / 2 * kBcastMr;
+  // A packed once for all threads: [k-block][strip][pair][32].
+  thread_local std::vector<uint32_t> apack_storage;
+  const size_t need = static_cast<size_t>(kblocks * strips * strip_words);
+  if (apack_storage.size() < need) apack_storage.resize(need);
+  uint32_t* apack = apack_storage.data();
+  const uint16_t* b = static_cast<const uint16_t*>(p.b);
+  const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && !omp_in_parallel();
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < kblocks * strips; ++t) {
+      const int64_t kb = t / strips, st = t % strips, p0 = kb * kBcastKc;
+      const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - st * kBcastMr));
+      PackABcastStrip(p, st * kBcastMr, mr, p0, std::min(kBcastKc, p.k - p0),
+                      apack + t * strip_words);
+    }
+    // (the loop's barrier: A is packed) Threads split n in groups of 12 rows of B, or m in
+    // strips when n gives fewer than two groups per thread.
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t groups = (p.n + kBcastNr - 1) / kBcastNr;
+    int64_t s0 = 0, s1 = strips, j0 = 0, j1 = p.n;
+    if (groups >= 2 * nt || strips < nt) {
+      Split(p.n, nt, tid, kBcastNr, &j0, &j1);
+    } else {
+      Split(strips, nt, tid, 1, &s0, &s1);
+    }
+    constexpr int64_t mc_strips = kBcastMc / kBcastMr;
+    for (int64_t ms = s0; s0 < s1 && j0 < j1 && ms < s1; ms += mc_strips) {
+      const int64_t me = std::min(s1, ms + mc_strips);
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
+        const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
+        const int64_t lines_per_row = (klen * 2 + 63) / 64;
+        for (int64_t j = j0; j < j1; j += kBcastNr) {
+          const int nr = static_cast<int>(std::min<int64_t>(kBcastNr, j1 - j));
+          // The next group's rows of this k-block, prefetched while this group runs.
+          const int64_t next_rows = std::max<int64_t>(0, std::min<int64_t>(kBcastNr, j1 - j - kBcastNr));
+          const int64_t lines = next_rows * lines_per_row;
+          const int64_t per_strip = (lines + (me - ms) - 1) / (me - ms);
+          PrefetchCursor pf;
+          if (lines > 0) {
+            pf.row = reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0);
+            pf.ld_bytes = p.ldb * 2;
+            pf.row_bytes = lines_per_row * 64;
+          }
+          int64_t issued = 0;
+          for (int64_t st = ms; st < me; ++st) {
+            pf.left = std::min(per_strip, lines - issued);
+            issued += pf.left;
+            const int64_t i = st * kBcastMr;
+            const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - i));
+            BcastTile(klen, apack + (kb * strips + st) * strip_words, b + j * p.ldb + p0, p.ldb,
+                      nr, p.c + i * p.ldc + j, p.ldc, mr, mode, p.beta, &pf);
+          }
+        }
+      }
+    }
+  }
+}
+
 IsaLevel LevelOf(PackedIsa isa) {
   switch (isa) {
     case PackedIsa::kAvx2:
@@ -850,7 +1034,13 @@ namespace {
 void Run(PackedIsa isa, const Args& p) {
   switch (isa) {
     case PackedIsa::kAvx512Bf16:
-      RunPacked<Avx512Bf16Path>(p);
+      // B rows in the Linear shape (PackedGemmNT): read in place. k-major B (PackedGemmNN,
+      // PackedSgemm's dY·W and dYᵀ·X) takes the pair micro-panels.
+      if (!p.a_kmajor && !p.b_kmajor && p.b_dtype == DType::kBF16) {
+        RunBcastBf16(p);
+      } else {
+        RunPacked<Avx512Bf16Path>(p);
+      }
       return;
     case PackedIsa::kAvx512:
       RunPacked<Avx512Path>(p);

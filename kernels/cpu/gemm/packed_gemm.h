@@ -11,8 +11,13 @@
 // m when n is too narrow to give each thread several micro-panels.
 //
 // Micro-kernels (chosen at run time, kernels/cpu/isa.h):
-//   kAvx512Bf16  bf16 B only: A rounded to bf16, B packed as bf16 pairs interleaved along k,
-//                _mm512_vdpbf16ps (32 products per instruction), 12 x 32 tile.
+//   kAvx512Bf16  bf16 B only: A rounded to bf16, _mm512_vdpbf16ps (32 products per
+//                instruction). PackedGemmNT reads B in place: 32 rows of A (packed as bf16
+//                pairs) x 12 rows of B (a pair of each broadcast per k-step from B's rows as
+//                stored), k-blocks of 2048, m-blocks of 128 rows, the tile transposed in
+//                registers when stored; nothing of B is packed (the micro-panels' transposes
+//                were 10-15% of a 128-row GEMM). PackedGemmNN / PackedSgemm (k-major B) pack
+//                B as bf16 pairs interleaved along k, 12 x 32 tile.
 //   kAvx512      f32 FMA, B converted to f32 while packing, 12 x 32 tile (24 zmm accumulators).
 //   kAvx2        f32 FMA (AVX2 + FMA + F16C), 6 x 16 tile (12 ymm accumulators).
 //   kScalar      portable C++, 4 x 4 tile.
@@ -41,6 +46,8 @@ bool PackedIsaSupported(PackedIsa isa);
 PackedIsa BestPackedIsa();
 
 // The block sizes of a path (elements; kc is a multiple of the k-step, 2 for bf16 pairs).
+// For kAvx512Bf16 these are the pair micro-panels' (PackedGemmNN, PackedSgemm); its
+// PackedGemmNT blocks are in the comment above.
 struct PackedBlocking {
   int mr, nr;          // register tile of C
   int64_t kc, mc, nc;  // cache blocks: B micro-panel kc x nr in L1, A block mc x kc in L2

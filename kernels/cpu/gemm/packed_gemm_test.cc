@@ -158,6 +158,24 @@ TEST_P(PackedGemmTest, CrossesCacheBlocks) {
   CheckCase(isa, DType::kBF16, 300, 5, 2 * bl.kc + 1, 0, 1.f, 13);
 }
 
+// PackedGemmNT on the avx512_bf16 path reads B in place (32-row strips of A times 12-row
+// groups of B, k-blocks of 2048, m-blocks of 128 rows): sizes around those edges, odd k (the
+// last value of each B row read alone), B rows past n never read (NaN padding), and the split
+// of m across threads when n is narrow.
+TEST_P(PackedGemmTest, Bf16InPlaceBAcrossItsBlocks) {
+  const PackedIsa isa = PathOf(GetParam());
+  if (isa != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "the avx512_bf16 path only";
+  uint64_t seed = 100;
+  for (int64_t m : {1, 31, 33, 129}) {
+    for (int64_t n : {1, 5, 12, 13, 25}) {
+      for (int64_t k : {3, 2048, 2049}) CheckCase(isa, DType::kBF16, m, n, k, 3, 0.5f, seed++);
+    }
+  }
+  CheckCase(isa, DType::kBF16, 70, 30, 4097, 0, 0.f, seed++);
+  CheckCase(isa, DType::kBF16, 260, 4, 100, 1, 1.f, seed++);  // m split across threads
+  CheckCase(isa, DType::kBF16, 64, 200, 64, 2, 0.f, seed++);  // n split across threads
+}
+
 TEST_P(PackedGemmTest, ZeroKScalesC) {
   const PackedIsa isa = PathOf(GetParam());
   Generator gen(5);
