@@ -51,7 +51,10 @@ constexpr int64_t kAmxMinRows = 128;
 // 2048x2048 bf16 from DRAM, idle 2-core Zen 5 EPYC, GFLOP/s): m = 32 / 64 / 128 / 256 / 512:
 // streaming f32-FMA 175 / 198 / 236 / 224 / 195, streaming bf16 dot 284 / 366 / 397 / 376 / 276,
 // packed bf16 dot 229 / 396 / 483 / 470 / 463 (m = 1: 33.3 vs 32.6 GB/s, bf16 dot vs f32 FMA).
-constexpr int64_t kBf16DotMinRows = 64;
+// Since the packed path reads W in place (2026-12-03; same bench, same machine, one run):
+// m = 8 / 16 / 32 / 64 / 128: streaming f32-FMA 166 / 189 / 247 / 255 / 279, packed bf16 dot
+// 169 / 242 / 669 / 697 / 819. So from 16 rows on.
+constexpr int64_t kBf16DotMinRows = 16;
 // Below this many multiply-adds a call runs on one thread (fork/join would dominate).
 constexpr int64_t kMinParallelMacs = 1 << 15;
 // Size of the f32 panel (per thread) a 16-bit B is converted into before OpenBLAS multiplies
