@@ -751,6 +751,13 @@ void RunPacked(const Args& p) {
 // (batch-invariant, as GemmNT's bf16 routes must be).
 constexpr int kBcastMr = 32, kBcastNr = 12;
 constexpr int64_t kBcastKc = 2048, kBcastMc = 128;
+// It needs k-blocks long enough to pay for the tile's transposed store, or a B large enough
+// that packing it costs more than that: from k = 1024, or B of 4 MiB. Below, the pair
+// micro-panels stay ahead (one run, 2 threads, B in cache, GFLOP/s pairs / in place: m x n x k
+// = 1024 x 128 x 128 722 / 565, 1024 x 1024 x 384 809 / 696; in place ahead at 128 x 384 x
+// 1024 709 / 846, 128 x 3072 x 2048 630-645 / 694-878; 1024 x 8192 x 384 718 / 739). A rule
+// of n and k alone: a row's result does not depend on m (batch invariance, gemm.h).
+constexpr int64_t kBcastMinK = 1024, kBcastMinBBytes = int64_t{4} << 20;
 
 // Strip of A rows [i0, i0 + mr) (mr <= 32, rows past it zero) of k-block [p0, p0 + klen) as
 // bf16 pairs: dst[s * 32 + r] = bf16(a[i0 + r][p0 + 2s]) | bf16(a[i0 + r][p0 + 2s + 1]) << 16,
@@ -1036,7 +1043,8 @@ void Run(PackedIsa isa, const Args& p) {
     case PackedIsa::kAvx512Bf16:
       // B rows in the Linear shape (PackedGemmNT): read in place. k-major B (PackedGemmNN,
       // PackedSgemm's dY·W and dYᵀ·X) takes the pair micro-panels.
-      if (!p.a_kmajor && !p.b_kmajor && p.b_dtype == DType::kBF16) {
+      if (!p.a_kmajor && !p.b_kmajor && p.b_dtype == DType::kBF16 &&
+          (p.k >= kBcastMinK || p.n * p.k * 2 >= kBcastMinBBytes)) {
         RunBcastBf16(p);
       } else {
         RunPacked<Avx512Bf16Path>(p);

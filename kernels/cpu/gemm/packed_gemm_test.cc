@@ -166,14 +166,16 @@ TEST_P(PackedGemmTest, Bf16InPlaceBAcrossItsBlocks) {
   const PackedIsa isa = PathOf(GetParam());
   if (isa != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "the avx512_bf16 path only";
   uint64_t seed = 100;
+  // (It takes k >= 1024, or B of 4 MiB: the shapes below; smaller ones take the pair panels.)
   for (int64_t m : {1, 31, 33, 129}) {
     for (int64_t n : {1, 5, 12, 13, 25}) {
-      for (int64_t k : {3, 2048, 2049}) CheckCase(isa, DType::kBF16, m, n, k, 3, 0.5f, seed++);
+      for (int64_t k : {1025, 2048, 2049}) CheckCase(isa, DType::kBF16, m, n, k, 3, 0.5f, seed++);
     }
   }
   CheckCase(isa, DType::kBF16, 70, 30, 4097, 0, 0.f, seed++);
-  CheckCase(isa, DType::kBF16, 260, 4, 100, 1, 1.f, seed++);  // m split across threads
-  CheckCase(isa, DType::kBF16, 64, 200, 64, 2, 0.f, seed++);  // n split across threads
+  CheckCase(isa, DType::kBF16, 260, 4, 1100, 1, 1.f, seed++);  // m split across threads
+  CheckCase(isa, DType::kBF16, 64, 200, 1024, 2, 0.f, seed++);  // n split across threads
+  CheckCase(isa, DType::kBF16, 40, 8200, 257, 1, 0.f, seed++);  // k < 1024, B >= 4 MiB
 }
 
 TEST_P(PackedGemmTest, ZeroKScalesC) {
