@@ -789,52 +789,58 @@ CCTUNE_TARGET_AVX512BF16 void PackABcastStrip(const Args& p, int64_t i0, int mr,
   }
 }
 
-// C tile (+)= A strip [mr <= 32 rows] x B rows [nr <= ROWS] over klen k-values: mode 0 C =
-// tile, 1 C = beta·C + tile, 2 C += tile. B rows past nr are not read.
-template <int ROWS>
+// C tile (+)= A strip [mr <= 16·HALVES rows] x B rows [nr <= ROWS] over klen k-values: mode
+// 0 C = tile, 1 C = beta·C + tile, 2 C += tile. B rows past nr are not read. HALVES = 1 for a
+// strip of at most 16 rows (short prompts: m = 16..31 ends in one), which then does not spend
+// half its multiply-adds on zero rows.
+template <int ROWS, int HALVES>
 CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, const uint16_t* b,
                                           int64_t ldb, int nr, float* c, int64_t ldc, int mr,
                                           int mode, float beta, PrefetchCursor* pf) {
   const uint16_t* rows[ROWS];
 #pragma GCC unroll 12
   for (int j = 0; j < ROWS; ++j) rows[j] = b + (j < nr ? j : 0) * ldb;
-  __m512 acc0[ROWS], acc1[ROWS];
+  __m512 acc[HALVES][ROWS];
+#pragma GCC unroll 2
+  for (int h = 0; h < HALVES; ++h) {
 #pragma GCC unroll 12
-  for (int j = 0; j < ROWS; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+    for (int j = 0; j < ROWS; ++j) acc[h][j] = _mm512_setzero_ps();
+  }
   const int64_t steps = klen / 2;
   for (int64_t s = 0; s < steps; ++s) {
-    const __m512bh a0 = (__m512bh)_mm512_loadu_si512(ap);
-    const __m512bh a1 = (__m512bh)_mm512_loadu_si512(ap + 16);
+    __m512bh av[HALVES];
+#pragma GCC unroll 2
+    for (int h = 0; h < HALVES; ++h) av[h] = (__m512bh)_mm512_loadu_si512(ap + 16 * h);
 #pragma GCC unroll 12
     for (int j = 0; j < ROWS; ++j) {
       int32_t pair;
       std::memcpy(&pair, rows[j] + 2 * s, sizeof(pair));
       const __m512bh bv = (__m512bh)_mm512_set1_epi32(pair);
-      acc0[j] = _mm512_dpbf16_ps(acc0[j], bv, a0);
-      acc1[j] = _mm512_dpbf16_ps(acc1[j], bv, a1);
+#pragma GCC unroll 2
+      for (int h = 0; h < HALVES; ++h) acc[h][j] = _mm512_dpbf16_ps(acc[h][j], bv, av[h]);
     }
     ap += kBcastMr;
     if ((s & 3) == 3) pf->Next();
   }
   if (klen & 1) {  // the last value alone: A's pair has a zero high half, B's is not read
-    const __m512bh a0 = (__m512bh)_mm512_loadu_si512(ap);
-    const __m512bh a1 = (__m512bh)_mm512_loadu_si512(ap + 16);
+    __m512bh av[HALVES];
+#pragma GCC unroll 2
+    for (int h = 0; h < HALVES; ++h) av[h] = (__m512bh)_mm512_loadu_si512(ap + 16 * h);
 #pragma GCC unroll 12
     for (int j = 0; j < ROWS; ++j) {
       const __m512bh bv = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(rows[j][klen - 1]));
-      acc0[j] = _mm512_dpbf16_ps(acc0[j], bv, a0);
-      acc1[j] = _mm512_dpbf16_ps(acc1[j], bv, a1);
+#pragma GCC unroll 2
+      for (int h = 0; h < HALVES; ++h) acc[h][j] = _mm512_dpbf16_ps(acc[h][j], bv, av[h]);
     }
   }
   pf->Drain();
   const __mmask16 cols = static_cast<__mmask16>((1u << nr) - 1u);
   const __m512 bv = _mm512_set1_ps(beta);
-  for (int h = 0; h < 2 && 16 * h < mr; ++h) {
+  for (int h = 0; h < HALVES && 16 * h < mr; ++h) {
     __m512i w[16];
 #pragma GCC unroll 16
     for (int j = 0; j < 16; ++j) {
-      w[j] = j < ROWS ? _mm512_castps_si512(h == 0 ? acc0[j < ROWS ? j : 0] : acc1[j < ROWS ? j : 0])
-                      : _mm512_setzero_si512();
+      w[j] = j < ROWS ? _mm512_castps_si512(acc[h][j < ROWS ? j : 0]) : _mm512_setzero_si512();
     }
     Transpose16x16(w);  // w[r] lane j: C[16h + r][j]
     const int rows_here = std::min(16, mr - 16 * h);
@@ -851,11 +857,18 @@ CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, cons
   }
 }
 
+template <int HALVES>
+void BcastTileHalves(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb, int nr,
+                     float* c, int64_t ldc, int mr, int mode, float beta, PrefetchCursor* pf) {
+  if (nr <= 4) return BcastKernel<4, HALVES>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  if (nr <= 8) return BcastKernel<8, HALVES>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  BcastKernel<kBcastNr, HALVES>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+}
+
 void BcastTile(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb, int nr, float* c,
                int64_t ldc, int mr, int mode, float beta, PrefetchCursor* pf) {
-  if (nr <= 4) return BcastKernel<4>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
-  if (nr <= 8) return BcastKernel<8>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
-  BcastKernel<kBcastNr>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  if (mr <= 16) return BcastTileHalves<1>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
+  BcastTileHalves<2>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
 }
 
 void RunBcastBf16(const Args& p) {

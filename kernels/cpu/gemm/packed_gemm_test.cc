@@ -167,7 +167,7 @@ TEST_P(PackedGemmTest, Bf16InPlaceBAcrossItsBlocks) {
   if (isa != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "the avx512_bf16 path only";
   uint64_t seed = 100;
   // (It takes k >= 1024, or B of 4 MiB: the shapes below; smaller ones take the pair panels.)
-  for (int64_t m : {1, 31, 33, 129}) {
+  for (int64_t m : {1, 16, 17, 31, 33, 129}) {  // strips of one or two 16-row halves
     for (int64_t n : {1, 5, 12, 13, 25}) {
       for (int64_t k : {1025, 2048, 2049}) CheckCase(isa, DType::kBF16, m, n, k, 3, 0.5f, seed++);
     }
