@@ -208,7 +208,7 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
           const V16 x = LoadV(sr + j);
           mv = x > mv ? x : mv;
         }
-        for (int l = 0; l < kLanes; ++l) bm = mv[l] > bm ? mv[l] : bm;
+        bm = tiles::MaxLanes(mv);  // (no lane is NaN)
       }
       for (; j < nk; ++j) bm = sr[j] > bm ? sr[j] : bm;
       sc.active[r] = bm != kNegInf;
@@ -222,12 +222,18 @@ void RunUnit(const Args& a, int64_t bi, int64_t kvh, int64_t i0, int64_t i1, int
       // whose latency showed in short rows (the same values either way).
       const bool first = sc.m[r] == kNegInf;
       const float corr = first ? 0.f : FastExp(sc.m[r] - m_new);
+#pragma omp simd
+      for (int64_t j = 0; j < nk; ++j) sr[j] = FastExp(sr[j] - m_new);
+      // Their sum: 16 lanes, then a tree (the simd reduction's epilogue was 16 scalar adds in
+      // a chain, per row and block).
       float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < nk; ++j) {
-        sr[j] = FastExp(sr[j] - m_new);
-        sum += sr[j];
+      int64_t e = 0;
+      if (nk >= kLanes) {
+        V16 sv = LoadV(sr);
+        for (e = kLanes; e + kLanes <= nk; e += kLanes) sv += LoadV(sr + e);
+        sum = tiles::SumLanes(sv);
       }
+      for (; e < nk; ++e) sum += sr[e];
       sc.l[r] = first ? sum : sc.l[r] * corr + sum;
       sc.m[r] = m_new;
       if (!first && corr != 1.f) {
