@@ -686,6 +686,31 @@ void Split(int64_t n, int parts, int index, int64_t align, int64_t* begin, int64
   *end = std::min(n, u1 * align);
 }
 
+// Thread `tid` of `nt`'s block of C: strips [s0, s1) of A times columns [j0, j1). Threads split
+// n in units of `unit` columns, or m in strips when n gives fewer than two units per thread.
+struct WorkBlock {
+  int64_t s0, s1, j0, j1;
+  bool empty() const { return s0 >= s1 || j0 >= j1; }
+};
+WorkBlock SplitWork(int64_t strips, int64_t n, int64_t unit, int nt, int tid) {
+  WorkBlock w{0, strips, 0, n};
+  if ((n + unit - 1) / unit >= 2 * nt || strips < nt) {
+    Split(n, nt, tid, unit, &w.j0, &w.j1);
+  } else {
+    Split(strips, nt, tid, 1, &w.s0, &w.s1);
+  }
+  return w;
+}
+
+// The calling thread's buffer for packed A, at least `elems` long (kept from call to call;
+// the call's threads share it).
+template <typename T>
+T* PackedABuffer(int64_t elems) {
+  thread_local std::vector<T> storage;
+  if (storage.size() < static_cast<size_t>(elems)) storage.resize(static_cast<size_t>(elems));
+  return storage.data();
+}
+
 template <typename P>
 void RunPacked(const Args& p) {
   using T = typename P::T;
@@ -694,10 +719,7 @@ void RunPacked(const Args& p) {
   const int64_t strips = (p.m + MR - 1) / MR, kblocks = (p.k + kc - 1) / kc;
   const int64_t strip_elems = kc / P::kStep * MR;
   // A packed once for all threads: [k-block][strip][step][MR].
-  thread_local std::vector<T> apack_storage;
-  const size_t need = static_cast<size_t>(kblocks * strips * strip_elems);
-  if (apack_storage.size() < need) apack_storage.resize(need);
-  T* apack = apack_storage.data();
+  T* apack = PackedABuffer<T>(kblocks * strips * strip_elems);
   const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && !omp_in_parallel();
 #pragma omp parallel if (parallel)
   {
@@ -717,17 +739,9 @@ void RunPacked(const Args& p) {
       }
       P::PackA(p, st * MR, mr, p0, std::min(kc, p.k - p0), apack + t * strip_elems);
     }
-    // (the loop's barrier: A is packed) Threads split n in micro-panels, or m in strips
-    // when n gives fewer than two micro-panels per thread.
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t panels = (p.n + NR - 1) / NR;
-    int64_t s0 = 0, s1 = strips, j0 = 0, j1 = p.n;
-    if (panels >= 2 * nt || strips < nt) {
-      Split(p.n, nt, tid, NR, &j0, &j1);
-    } else {
-      Split(strips, nt, tid, 1, &s0, &s1);
-    }
-    if (s0 < s1 && j0 < j1) ComputeBlock<P>(p, apack, strips, strip_elems, s0, s1, j0, j1);
+    // (the loop's barrier: A is packed) Threads split n in micro-panels, or m in strips.
+    const WorkBlock w = SplitWork(strips, p.n, NR, omp_get_num_threads(), omp_get_thread_num());
+    if (!w.empty()) ComputeBlock<P>(p, apack, strips, strip_elems, w.s0, w.s1, w.j0, w.j1);
   }
 }
 
@@ -876,10 +890,7 @@ void RunBcastBf16(const Args& p) {
   const int64_t kblocks = (p.k + kBcastKc - 1) / kBcastKc;
   const int64_t strip_words = (kBcastKc + 1) / 2 * kBcastMr;
   // A packed once for all threads: [k-block][strip][pair][32].
-  thread_local std::vector<uint32_t> apack_storage;
-  const size_t need = static_cast<size_t>(kblocks * strips * strip_words);
-  if (apack_storage.size() < need) apack_storage.resize(need);
-  uint32_t* apack = apack_storage.data();
+  uint32_t* apack = PackedABuffer<uint32_t>(kblocks * strips * strip_words);
   const uint16_t* b = static_cast<const uint16_t*>(p.b);
   const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && !omp_in_parallel();
 #pragma omp parallel if (parallel)
@@ -892,17 +903,12 @@ void RunBcastBf16(const Args& p) {
                       apack + t * strip_words);
     }
     // (the loop's barrier: A is packed) Threads split n in groups of 12 rows of B, or m in
-    // strips when n gives fewer than two groups per thread.
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t groups = (p.n + kBcastNr - 1) / kBcastNr;
-    int64_t s0 = 0, s1 = strips, j0 = 0, j1 = p.n;
-    if (groups >= 2 * nt || strips < nt) {
-      Split(p.n, nt, tid, kBcastNr, &j0, &j1);
-    } else {
-      Split(strips, nt, tid, 1, &s0, &s1);
-    }
+    // strips.
+    const WorkBlock w =
+        SplitWork(strips, p.n, kBcastNr, omp_get_num_threads(), omp_get_thread_num());
+    const int64_t s1 = w.s1, j0 = w.j0, j1 = w.j1;
     constexpr int64_t mc_strips = kBcastMc / kBcastMr;
-    for (int64_t ms = s0; s0 < s1 && j0 < j1 && ms < s1; ms += mc_strips) {
+    for (int64_t ms = w.s0; !w.empty() && ms < s1; ms += mc_strips) {
       const int64_t me = std::min(s1, ms + mc_strips);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
