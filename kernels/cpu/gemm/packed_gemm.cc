@@ -385,10 +385,28 @@ CCTUNE_TARGET_AVX2 void PackBAvx2F32(const Args& p, int64_t j0, int nr, int64_t 
 // The lines of B that a kernel call prefetches into L2 (the next micro-panel's rows of this
 // k-block, while the kernels run on the current one). The AVX-512 kernels issue one every 4
 // k-steps; issued in a burst before each call, they stalled on the full miss queue (perf:
-// ~4% of a 128-row GEMM on the prefetch instructions). `left` is this call's share.
+// ~4% of a 128-row GEMM on the prefetch instructions). The lines are shared out evenly over
+// the `calls` kernel calls that run on the current panel; BeginCall() hands the next its share.
 struct PrefetchCursor {
   const char* row = nullptr;  // the current row's first byte in this k-block
   int64_t ld_bytes = 0, row_bytes = 0, at = 0, left = 0;
+  int64_t remaining = 0, per_call = 0;
+
+  PrefetchCursor() = default;
+  // `rows` rows (none when <= 0; `first_row` is then not used) of `bytes` bytes each, ld_bytes
+  // apart, over `calls` calls.
+  PrefetchCursor(const char* first_row, int64_t ld, int64_t rows, int64_t bytes, int64_t calls) {
+    if (rows <= 0 || calls <= 0) return;
+    row = first_row;
+    ld_bytes = ld;
+    row_bytes = (bytes + 63) / 64 * 64;
+    remaining = rows * (row_bytes / 64);
+    per_call = (remaining + calls - 1) / calls;
+  }
+  void BeginCall() {
+    left = std::min(per_call, remaining);
+    remaining -= left;
+  }
 
   CCTUNE_INLINE void Next() {
     if (left <= 0) return;
@@ -652,19 +670,11 @@ void ComputeBlock(const Args& p, const typename P::T* apack, int64_t strips, int
           // (k-major B: its next micro-panel is in the rows just read; no prefetch.)
           const int64_t next_rows =
               first && !p.b_kmajor ? std::min<int64_t>(NR, jn - jr - NR) : 0;
-          const int64_t lines_per_row = (klen * elem + 63) / 64;
-          const int64_t lines = std::max<int64_t>(0, next_rows) * lines_per_row;
-          const int64_t per_strip = (lines + (ie - ic) - 1) / (ie - ic);
-          PrefetchCursor pf;
-          if (lines > 0) {
-            pf.row = b_bytes + ((jc + jr + NR) * p.ldb + p0) * elem;
-            pf.ld_bytes = p.ldb * elem;
-            pf.row_bytes = lines_per_row * 64;
-          }
-          int64_t issued = 0;
+          PrefetchCursor pf(next_rows > 0 ? b_bytes + ((jc + jr + NR) * p.ldb + p0) * elem
+                                          : nullptr,
+                            p.ldb * elem, next_rows, klen * elem, ie - ic);
           for (int64_t st = ic; st < ie; ++st) {
-            pf.left = std::min(per_strip, lines - issued);
-            issued += pf.left;
+            pf.BeginCall();
             const T* ap = apack + (kb * strips + st) * strip_elems;
             const int64_t i = st * MR;
             const int mr = static_cast<int>(std::min<int64_t>(MR, p.m - i));
@@ -913,23 +923,16 @@ void RunBcastBf16(const Args& p) {
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
         const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
-        const int64_t lines_per_row = (klen * 2 + 63) / 64;
         for (int64_t j = j0; j < j1; j += kBcastNr) {
           const int nr = static_cast<int>(std::min<int64_t>(kBcastNr, j1 - j));
           // The next group's rows of this k-block, prefetched while this group runs.
-          const int64_t next_rows = std::max<int64_t>(0, std::min<int64_t>(kBcastNr, j1 - j - kBcastNr));
-          const int64_t lines = next_rows * lines_per_row;
-          const int64_t per_strip = (lines + (me - ms) - 1) / (me - ms);
-          PrefetchCursor pf;
-          if (lines > 0) {
-            pf.row = reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0);
-            pf.ld_bytes = p.ldb * 2;
-            pf.row_bytes = lines_per_row * 64;
-          }
-          int64_t issued = 0;
+          const int64_t next_rows = std::min<int64_t>(kBcastNr, j1 - j - kBcastNr);
+          PrefetchCursor pf(next_rows > 0
+                                ? reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0)
+                                : nullptr,
+                            p.ldb * 2, next_rows, klen * 2, me - ms);
           for (int64_t st = ms; st < me; ++st) {
-            pf.left = std::min(per_strip, lines - issued);
-            issued += pf.left;
+            pf.BeginCall();
             const int64_t i = st * kBcastMr;
             const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - i));
             BcastTile(klen, apack + (kb * strips + st) * strip_words, b + j * p.ldb + p0, p.ldb,
