@@ -4,7 +4,8 @@
 # Rank 1 SIGKILLs itself ($CCTUNE_TEST_SIGKILL_AT_STEP, recipes/data_parallel_strategy.h):
 #
 #   1. after step 5: rank 0 sees at its next collective that rank 1's process is gone and
-#      exits non-zero at once, naming the collective and rank 1;
+#      exits non-zero at once, naming the collective and rank 1 (mpirun then reports rank 1's
+#      signal 9 or, when it notices rank 0's exit first, rank 0's non-zero status: either);
 #   2. in the save of step 6, after the weights are gathered: rank 0 has written step_6's
 #      weights when its barrier finds rank 1 gone; the failed save is removed, LATEST still
 #      names step_4;
@@ -52,7 +53,7 @@ rm -rf "$out1"
 CCTUNE_TEST_SIGKILL_AT_STEP=1:5 "$runner" --np=2 --expect_failure --max_seconds=25 \
   '--expect_output=SIGKILL after step 5' \
   '--expect_output=full_finetune_distributed: [a-z_]+ #[0-9]+ \([^)]*\) on rank 0: rank 1 \(pid [0-9]+ on this node\) died: killed or crashed' \
-  '--expect_output=process rank 1 with PID [0-9]+ on node [^ ]+ exited on signal 9' \
+  '--expect_output=(process rank 1 with PID [0-9]+ on node [^ ]+ exited on signal 9|1 process returned|processes exited with non-zero status)' \
   "$recipe" "${common[@]}" output_dir="$out1" || fail=1
 check_output_dir "$out1" "killed after step 5"
 
