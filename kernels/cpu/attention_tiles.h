@@ -48,27 +48,56 @@ inline float SumLanes(V16 v) {
   return FoldLanes(v, [](V16 a, V16 b) { return a + b; });
 }
 
-// Pins a vector in registers (AVX-512, where V16 is one register): without it GCC folds the
-// load into every multiply-add that uses it, one load per use instead of one per value, and
-// the tiles become load-bound (kernels/cpu/simd_targets.h has the same for the GEMMs).
+// The tile kernels below work in the build's native vector NV (one register: 16 floats with
+// AVX-512, 8 with AVX, 4 with SSE); V16 above is for the callers' 16-lane row code. A V16 on a
+// narrower build is split by GCC into several registers, and its memcpy loads went through
+// general registers (vmovq / vpinsrq) with the accumulators spilled: prefill attention ran at
+// 7 GFLOP/s on a Zen 3 that way.
+//
+// Tile shapes (accumulators NR x KC native vectors): AVX-512 6 x 4 (24 + 4 operands of the 32
+// zmm), AVX 6 x 2 (12 + 2 + a broadcast of the 16 ymm, the shape of the 6 x 16 f32 GEMM
+// kernel), SSE 4 x 2. A column block wider than one tile runs as several calls, each over the
+// whole n: the same sums in the same order.
 #if defined(__AVX512F__)
-#define CCTUNE_PIN_V16(x) __asm__("" : "+v"(x))
-constexpr int kTileRowsPerKernel = 6;  // 24 accumulators + 4 operands of the 32 registers
+typedef float NV __attribute__((vector_size(64)));
+// Pins a vector in registers: without it GCC folds the load into every multiply-add that uses
+// it, one load per use instead of one per value, and the tiles become load-bound
+// (kernels/cpu/simd_targets.h has the same for the GEMMs).
+#define CCTUNE_PIN_NV(x) __asm__("" : "+v"(x))
+constexpr int kTileRowsPerKernel = 6;
+constexpr int kTileVecs = 4;
+#elif defined(__AVX__)
+typedef float NV __attribute__((vector_size(32)));
+#define CCTUNE_PIN_NV(x) __asm__("" : "+x"(x))
+constexpr int kTileRowsPerKernel = 6;
+constexpr int kTileVecs = 2;
 #else
-#define CCTUNE_PIN_V16(x) ((void)0)
-constexpr int kTileRowsPerKernel = 2;  // 8 accumulators (16 of the 16 AVX registers)
+typedef float NV __attribute__((vector_size(16)));
+#define CCTUNE_PIN_NV(x) __asm__("" : "+x"(x))
+constexpr int kTileRowsPerKernel = 4;
+constexpr int kTileVecs = 2;
 #endif
+constexpr int64_t kNvLanes = sizeof(NV) / sizeof(float);
+static_assert(kLanes % kNvLanes == 0, "a V16 is whole native vectors");
 
-// out[r·ldo + (0, 16·KC)) = sum_{e < n} a[r·lda + e] · bt[e·ldb + (0, 16·KC)) for NR rows.
+inline NV LoadNv(const float* p) {
+  NV v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void StoreNv(float* p, NV v) { std::memcpy(p, &v, sizeof(v)); }
+
+// out[r·ldo + (0, kNvLanes·KC)) = sum_{e < n} a[r·lda + e] · bt[e·ldb + (0, kNvLanes·KC)) for
+// NR rows.
 template <int NR, int KC>
 void RowsTimesColsN(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t n,
                     float* out, int64_t ldo) {
-  V16 acc[NR][KC] = {};
+  NV acc[NR][KC] = {};
   for (int64_t e = 0; e < n; ++e) {
-    V16 bv[KC];
+    NV bv[KC];
     for (int c = 0; c < KC; ++c) {
-      bv[c] = LoadV(bt + e * ldb + c * kLanes);
-      CCTUNE_PIN_V16(bv[c]);
+      bv[c] = LoadNv(bt + e * ldb + c * kNvLanes);
+      CCTUNE_PIN_NV(bv[c]);
     }
     for (int r = 0; r < NR; ++r) {
       const float av = a[r * lda + e];
@@ -76,7 +105,7 @@ void RowsTimesColsN(const float* a, int64_t lda, const float* bt, int64_t ldb, i
     }
   }
   for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < KC; ++c) StoreV(out + r * ldo + c * kLanes, acc[r][c]);
+    for (int c = 0; c < KC; ++c) StoreNv(out + r * ldo + c * kNvLanes, acc[r][c]);
   }
 }
 // The last rows < kTileRowsPerKernel of a block in one call.
@@ -98,38 +127,40 @@ void RowsTimesColsK(const float* a, int64_t rows, int64_t lda, const float* bt, 
   }
   if (r < rows) RowsTimesColsTail<KC>(a + r * lda, rows - r, lda, bt, ldb, n, out + r * ldo, ldo);
 }
+// Columns [0, KC · kNvLanes) first, then the rest in smaller tiles.
+template <int KC>
+void RowsTimesColsVecs(const float* a, int64_t rows, int64_t lda, const float* bt, int64_t ldb,
+                       int64_t n, int64_t vecs, float* out, int64_t ldo) {
+  for (; vecs >= KC; vecs -= KC, bt += KC * kNvLanes, out += KC * kNvLanes) {
+    RowsTimesColsK<KC>(a, rows, lda, bt, ldb, n, out, ldo);
+  }
+  if constexpr (KC > 1) {
+    if (vecs > 0) RowsTimesColsVecs<KC - 1>(a, rows, lda, bt, ldb, n, vecs, out, ldo);
+  }
+}
 // out [rows, ceil(cols / 16) · 16] = A [rows, n] · Bt [n, ...] for 1 <= cols <= kMaxTileCols:
-// the columns past `cols` up to the next whole vector are computed too (bt must be readable
+// the columns past `cols` up to the next whole V16 are computed too (bt must be readable
 // there; callers zero-pad), the rest of out's row is left alone.
 inline void RowsTimesCols(const float* a, int64_t rows, int64_t lda, const float* bt,
                           int64_t ldb, int64_t n, int64_t cols, float* out, int64_t ldo) {
-  static_assert(kMaxTileCols == 4 * kLanes, "RowsTimesCols dispatches 1 to 4 vectors");
-  switch ((cols + kLanes - 1) / kLanes) {
-    case 1:
-      return RowsTimesColsK<1>(a, rows, lda, bt, ldb, n, out, ldo);
-    case 2:
-      return RowsTimesColsK<2>(a, rows, lda, bt, ldb, n, out, ldo);
-    case 3:
-      return RowsTimesColsK<3>(a, rows, lda, bt, ldb, n, out, ldo);
-    default:
-      return RowsTimesColsK<4>(a, rows, lda, bt, ldb, n, out, ldo);
-  }
+  const int64_t vecs = (cols + kLanes - 1) / kLanes * (kLanes / kNvLanes);
+  RowsTimesColsVecs<kTileVecs>(a, rows, lda, bt, ldb, n, vecs, out, ldo);
 }
 
-// acc[r·ldacc + (0, 16·NC)) += sum_{j < nj} w[r·wr + j·wj] · x[j·ldx + (0, 16·NC)) for NR
-// accumulator rows: rows x_j weighted and summed.
+// acc[r·ldacc + (0, kNvLanes·NC)) += sum_{j < nj} w[r·wr + j·wj] · x[j·ldx + (0, kNvLanes·NC))
+// for NR accumulator rows: rows x_j weighted and summed.
 template <int NR, int NC>
 void WeightedRowSumN(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
                      int64_t ldx, float* acc, int64_t ldacc) {
-  V16 a[NR][NC];
+  NV a[NR][NC];
   for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) a[r][c] = LoadV(acc + r * ldacc + c * kLanes);
+    for (int c = 0; c < NC; ++c) a[r][c] = LoadNv(acc + r * ldacc + c * kNvLanes);
   }
   for (int64_t j = 0; j < nj; ++j) {
-    V16 xv[NC];
+    NV xv[NC];
     for (int c = 0; c < NC; ++c) {
-      xv[c] = LoadV(x + j * ldx + c * kLanes);
-      CCTUNE_PIN_V16(xv[c]);
+      xv[c] = LoadNv(x + j * ldx + c * kNvLanes);
+      CCTUNE_PIN_NV(xv[c]);
     }
     for (int r = 0; r < NR; ++r) {
       const float wv = w[r * wr + j * wj];
@@ -137,33 +168,29 @@ void WeightedRowSumN(const float* w, int64_t wr, int64_t wj, int64_t nj, const f
     }
   }
   for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) StoreV(acc + r * ldacc + c * kLanes, a[r][c]);
+    for (int c = 0; c < NC; ++c) StoreNv(acc + r * ldacc + c * kNvLanes, a[r][c]);
   }
 }
-// WeightedRowSumN over NR rows and `chunks` vectors per row (any count).
-template <int NR>
+// WeightedRowSumN over NR rows and `vecs` native vectors per row (any count).
+template <int NR, int NC = kTileVecs>
 void WeightedRowSumCols(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
-                        int64_t ldx, float* acc, int64_t ldacc, int64_t chunks) {
-  int64_t c = 0;
-  for (; c + 4 <= chunks; c += 4) {
-    WeightedRowSumN<NR, 4>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
+                        int64_t ldx, float* acc, int64_t ldacc, int64_t vecs) {
+  for (; vecs >= NC; vecs -= NC, x += NC * kNvLanes, acc += NC * kNvLanes) {
+    WeightedRowSumN<NR, NC>(w, wr, wj, nj, x, ldx, acc, ldacc);
   }
-  for (; c + 2 <= chunks; c += 2) {
-    WeightedRowSumN<NR, 2>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
-  }
-  for (; c < chunks; ++c) {
-    WeightedRowSumN<NR, 1>(w, wr, wj, nj, x + c * kLanes, ldx, acc + c * kLanes, ldacc);
+  if constexpr (NC > 1) {
+    if (vecs > 0) WeightedRowSumCols<NR, NC - 1>(w, wr, wj, nj, x, ldx, acc, ldacc, vecs);
   }
 }
 template <int NR = kTileRowsPerKernel - 1>
 void WeightedRowSumTail(const float* w, int64_t wr, int64_t wj, int64_t nj, const float* x,
-                        int64_t ldx, float* acc, int64_t ldacc, int64_t rows, int64_t chunks) {
+                        int64_t ldx, float* acc, int64_t ldacc, int64_t rows, int64_t vecs) {
   if constexpr (NR > 1) {
     if (rows < NR) {
-      return WeightedRowSumTail<NR - 1>(w, wr, wj, nj, x, ldx, acc, ldacc, rows, chunks);
+      return WeightedRowSumTail<NR - 1>(w, wr, wj, nj, x, ldx, acc, ldacc, rows, vecs);
     }
   }
-  if (rows == NR) WeightedRowSumCols<NR>(w, wr, wj, nj, x, ldx, acc, ldacc, chunks);
+  if (rows == NR) WeightedRowSumCols<NR>(w, wr, wj, nj, x, ldx, acc, ldacc, vecs);
 }
 // acc [rows, 16·chunks] += W [rows, nj] · X [nj, 16·chunks], W's element (r, j) at
 // w[r·wr + j·wj] (so W or Wᵀ as stored).
@@ -172,12 +199,13 @@ inline void WeightedRowSums(const float* w, int64_t wr, int64_t wj, int64_t nj, 
                             int64_t chunks) {
   if (nj <= 0 || rows <= 0) return;
   constexpr int kRows = kTileRowsPerKernel;
+  const int64_t vecs = chunks * (kLanes / kNvLanes);
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows) {
-    WeightedRowSumCols<kRows>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, chunks);
+    WeightedRowSumCols<kRows>(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, vecs);
   }
   if (r < rows) {
-    WeightedRowSumTail(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, rows - r, chunks);
+    WeightedRowSumTail(w + r * wr, wr, wj, nj, x, ldx, acc + r * ldacc, ldacc, rows - r, vecs);
   }
 }
 

@@ -36,7 +36,13 @@ namespace {
 // GFLOP/s streaming vs OpenBLAS route: f32 m=16 61 vs 30, m=64 81 vs 63, m=128 79 vs 78,
 // m=256 78 vs 88; bf16 m=64 97 vs 59, m=256 97 vs 83, m=512 96 vs 89.
 constexpr int64_t kMaxStreamRowsF32 = 128;
-constexpr int64_t kMaxStreamRows16 = 256;
+// 16-bit B where neither AMX nor the full-rate bf16 dot takes it (AVX2, AVX-512 without BF16):
+// from this many rows the packed f32-FMA GEMM (B converted while packed, read in place) instead
+// of the streaming kernel. Measured (gemm_bench SmallM, 2048x2048 bf16 from DRAM, 2-core AVX2
+// Zen 3 EPYC, 2026-12-03, GFLOP/s) m = 16 / 32 / 64 / 128 / 256: streaming 74.5 / 63.5 / 69.1 /
+// 81.2 / 79.3, OpenBLAS route 37.3 / 65.9 / 70.2 / 80.2 / 112.5, packed 73.0 / 70.4 / 89.8 /
+// 115.4 / 127.5; Prefill m = 512 on the 1.1B shapes: packed 133-164, OpenBLAS route 134-140.
+constexpr int64_t kPackedMinRows16 = 32;
 constexpr int64_t kMaxStreamABytes = 8 << 20;
 // From this many rows of A, bf16-weight GemmNT takes the AMX GEMM when it may (AmxRouteEnabled).
 // Measured (gemm_bench SmallM bf16_amx vs bf16_avx512, 2048x2048, loaded 2-core Sapphire
@@ -1090,8 +1096,13 @@ void GemmNTWithIsa(GemmIsa isa, int64_t m, int64_t n, int64_t k, const float* a,
     AmxGemm(false, true, m, n, k, a, DType::kF32, std::max<int64_t>(lda, k), b, b_dtype,
             std::max<int64_t>(ldb, k), c, std::max<int64_t>(ldc, n), beta);
   } else if (isa == GemmIsa::kAuto) {
-    const int64_t max_stream = b_dtype == DType::kF32 ? kMaxStreamRowsF32 : kMaxStreamRows16;
-    if (m > max_stream || m * k * 4 > kMaxStreamABytes) {
+    if (b_dtype != DType::kF32) {
+      if (m >= kPackedMinRows16 || m * k * 4 > kMaxStreamABytes) {
+        PackedGemmNT(BestPackedIsa(), m, n, k, a, lda, b, b_dtype, ldb, c, ldc, beta);
+      } else {
+        StreamGemmNT(BestGemmIsa(), p);
+      }
+    } else if (m > kMaxStreamRowsF32 || m * k * 4 > kMaxStreamABytes) {
       // Measured (gemm_bench SmallM / Prefill, 2026-12-02, loaded 2-core Xeon VM): the packed
       // GEMM (kPacked) within noise of this route, up to ~12% behind at m = 512, so it
       // stays opt-in until a quiet machine says otherwise.
