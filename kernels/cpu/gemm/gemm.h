@@ -2,14 +2,14 @@
 // bf16/f16-weight GEMV/GEMM of CPU decode.
 //
 // GemmNT is the Linear shape: activations A [m, k] (f32) times weights B [n, k] (f32, bf16 or
-// f16, stored as in a checkpoint) transposed. Up to a few hundred rows (decode, small batches,
-// short prompts) a streaming kernel reads B exactly once, all threads splitting n, and
+// f16, stored as in a checkpoint) transposed. Up to 128 rows of f32 B, 31 of 16-bit B (decode,
+// small batches) a streaming kernel reads B exactly once, all threads splitting n, and
 // converts bf16/f16 to f32 in registers (AVX-512 / AVX2+F16C chosen at run time, scalar
-// fallback). Larger m (long prefill, training) goes to OpenBLAS, 16-bit B converted to f32
-// panels first. The blocked, packed GEMM of packed_gemm.h (BLIS-style cache blocking, B
-// converted to f32 while packing, f32 FMA micro-kernels at the CPU's level) is the kPacked
-// path: measured within noise of the OpenBLAS route on the (loaded) 2-core Xeon, it is not
-// kAuto's choice yet. SgemmStrided is a row-major cblas_sgemm (OpenBLAS, the streaming
+// fallback). Larger m of f32 B (long prefill, training) goes to OpenBLAS. The blocked, packed
+// GEMM of packed_gemm.h (BLIS-style cache blocking, B converted to f32 while packing, f32 FMA
+// micro-kernels at the CPU's level) is the kPacked path: kAuto's choice for 16-bit B from 32
+// rows where the routes below do not apply (AVX2: 115 vs 81 GFLOP/s at 128 rows on a Zen 3);
+// for f32 B measured within noise of the OpenBLAS route on the (loaded) 2-core Xeon. SgemmStrided is a row-major cblas_sgemm (OpenBLAS, the streaming
 // kernel for A·Bᵀ with few rows); PackedSgemm covers its transposed cases too (the training
 // GEMMs dY·W and dYᵀ·X) and SetLargeGemmRoute switches every large GEMM to it, but on the
 // training shapes measured it was behind OpenBLAS (benchmarks/README.md, train_bench).
