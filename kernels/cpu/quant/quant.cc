@@ -366,40 +366,55 @@ void ScalarInt8ActTile(int64_t k, const ActRows& x, const int8_t* b, float scale
 }
 
 // AVX2: |x| (unsigned) times w with x's sign (signed) through vpmaddubsw: each int16 pair sum
-// is at most 2 · 127 · 127 < 2^15, so nothing saturates (x and w never hold -128).
+// is at most 2 · 127 · 127 < 2^15, so nothing saturates (x and w never hold -128). A block of
+// 64 is two such products, vpmaddwd each to int32 and one add; then one convert and one FMA
+// with the block's d per row of A. Whole blocks go two at a time into two accumulators (the
+// FMA's latency, not its throughput, bounded one accumulator), W's next lines prefetched as
+// the VNNI kernel does; only the row's last, partial block is copied out (no read past W).
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE __m256i Avx2Int8Block64(__m256i w0, __m256i w1,
+                                                          const int8_t* xq) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+  const __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(x0, x0), _mm256_sign_epi8(w0, x0));
+  const __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(x1, x1), _mm256_sign_epi8(w1, x1));
+  return _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones));
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE void Avx2Int8ActBlockRows(const ActRows& x, const int8_t* w,
+                                                             int64_t blk, __m256* acc) {
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m256i s = Avx2Int8Block64(w0, w1, x.q + i * x.ldq + blk * kActBlock);
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + i * x.ldd + blk),
+                             acc[i]);
+  }
+}
+
 template <int MR>
 CCTUNE_QTARGET_AVX2 void Avx2Int8ActTile(int64_t k, const ActRows& x, const int8_t* b,
                                          float scale, float* c, int64_t ldc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t blk = 0; blk < x.blocks; ++blk) {
-    __m256i sum[MR];
-    for (int i = 0; i < MR; ++i) sum[i] = _mm256_setzero_si256();
-    const int64_t q1 = std::min(k, (blk + 1) * kActBlock);
-    for (int64_t q = blk * kActBlock; q < q1; q += 32) {
-      __m256i wv;
-      if (q + 32 <= k) {
-        wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q));
-      } else {  // the row's last bytes: no read past it (the activations' padding is 0)
-        alignas(32) int8_t tail[32] = {};
-        std::copy(b + q, b + k, tail);
-        wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * x.ldq + q));
-        const __m256i p16 =
-            _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-        sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(p16, ones));
-      }
-    }
-    for (int i = 0; i < MR; ++i) {
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(x.d[i * x.ldd + blk]),
-                               acc[i]);
-    }
+  __m256 acc0[MR], acc1[MR];
+  for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  const int64_t full = k / kActBlock;  // blocks whose 64 bytes all lie in W's row
+  int64_t blk = 0;
+  for (; blk + 2 <= full; blk += 2) {
+    const int8_t* w = b + blk * kActBlock;
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kQuantPrefetchBytes, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(w) + kQuantPrefetchBytes + 64, _MM_HINT_T0);
+    Avx2Int8ActBlockRows<MR>(x, w, blk, acc0);
+    Avx2Int8ActBlockRows<MR>(x, w + kActBlock, blk + 1, acc1);
   }
-  for (int i = 0; i < MR; ++i) c[i * ldc] = scale * Avx2Sum(acc[i]);
+  if (blk < full) Avx2Int8ActBlockRows<MR>(x, b + blk * kActBlock, blk, acc0), ++blk;
+  if (blk < x.blocks) {  // the row's last bytes (the activations' padding is 0)
+    alignas(32) int8_t tail[kActBlock] = {};
+    std::copy(b + blk * kActBlock, b + k, tail);
+    Avx2Int8ActBlockRows<MR>(x, tail, blk, acc1);
+  }
+  for (int i = 0; i < MR; ++i) c[i * ldc] = scale * Avx2Sum(_mm256_add_ps(acc0[i], acc1[i]));
 }
 
 // AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, so the activations come biased
@@ -932,6 +947,42 @@ CCTUNE_QTARGET_AVX512 float Avx512QuantizeActBlock(const float* x, bool biased, 
   return scale;
 }
 
+// The same for AVX2 (x86-64-v3 has no vpmovdb: the int32 lanes are packed down by vpackssdw /
+// vpacksswb, exact for values already clamped to [-127, 127] (+128 wraps as the scalar's
+// v + 128 - 256 does), then put back in order by one vpermd).
+CCTUNE_QTARGET_AVX2 float Avx2QuantizeActBlock(const float* x, bool biased, int8_t* q) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[8];
+  __m256 mx = _mm256_setzero_ps();
+  for (int u = 0; u < 8; ++u) {
+    v[u] = _mm256_loadu_ps(x + 8 * u);
+    mx = _mm256_max_ps(mx, _mm256_and_ps(v[u], abs_mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const __m256 inv = _mm256_set1_ps(1.f / scale);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  __m256i r[8];
+  for (int u = 0; u < 8; ++u) {
+    r[u] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[u], inv)), hi),
+                            lo);
+  }
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(biased ? 0x80 : 0));
+  for (int h = 0; h < 2; ++h) {
+    // packs work per 128-bit lane: bytes come out as dwords 0,2,4,6 | 1,3,5,7 of the 4 vectors.
+    const __m256i w01 = _mm256_packs_epi32(r[4 * h], r[4 * h + 1]);
+    const __m256i w23 = _mm256_packs_epi32(r[4 * h + 2], r[4 * h + 3]);
+    __m256i b8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), order);
+    b8 = _mm256_xor_si256(b8, bias);  // + 128 as uint8 bits
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * h), b8);
+  }
+  return scale;
+}
+
 }  // namespace
 
 void SetQuantActivations(QuantActivations mode) { ActivationMode().store(mode); }
@@ -942,6 +993,7 @@ void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool
   const int64_t blocks = (k + kActBlock - 1) / kActBlock;
   const int8_t pad = biased ? static_cast<int8_t>(-128) : 0;  // 0 + 128 as uint8 bits
   const bool avx512 = IsaSupported(IsaLevel::kAvx512);
+  const bool avx2 = IsaSupported(IsaLevel::kAvx2);
   for (int64_t i = 0; i < m; ++i) {
     const float* ai = a + i * lda;
     int8_t* qi = q + i * ldq;
@@ -949,6 +1001,10 @@ void QuantizeActivations(int64_t m, int64_t k, const float* a, int64_t lda, bool
       const int64_t q0 = blk * kActBlock, q1 = std::min(k, q0 + kActBlock);
       if (avx512 && q1 - q0 == kActBlock) {
         d[i * ldd + blk] = Avx512QuantizeActBlock(ai + q0, biased, qi + q0);
+        continue;
+      }
+      if (avx2 && q1 - q0 == kActBlock) {
+        d[i * ldd + blk] = Avx2QuantizeActBlock(ai + q0, biased, qi + q0);
         continue;
       }
       float amax = 0.f;
