@@ -547,69 +547,97 @@ void ScalarInt4ActTile(const QuantMatrix& w, const Int4ActRows& x, const uint8_t
   }
 }
 
-// AVX2: one block of 32 per vector (natural order: the low nibbles are inputs 0..15, the high
-// ones 16..31: one 16-byte broadcast, vpsrlvd by 0 / 4 per half, vpand), vpmaddubsw of the
-// unsigned nibbles with the signed activations (a pair sums at most 2 · 15 · 127: no int16
-// saturation), vpmaddwd to int32, then one FMA with (activation d) x (group scale). The group
-// scales are converted to f32 64 at a time and the zero points enter 8 groups per step.
+// AVX2: one pair of blocks of 32 per step (32 bytes of W, the 64 inputs of one activation
+// block): the low nibbles (vpand) are inputs 0..15 of both blocks, the high ones (vpsrlw +
+// vpand) inputs 16..31, and the activations are stored in that order (per 64 inputs the
+// 16-byte runs 0, 2, 1, 3: Avx2Int4ActOrder). vpmaddubsw of the unsigned nibbles with the
+// signed activations twice (a pair sums at most 2 · 15 · 127, and the two products' sum 7620
+// fits int16), one vpaddw, one vpmaddwd to int32: lanes 0-3 hold block A's partial sums, 4-7
+// block B's. Then one convert and one FMA with (activation d) x (the lanes' group scales:
+// one 32-bit load of the two bf16 scales at groupsize 32, one scale broadcast at 64..256).
+// The zero points enter 8 groups per step at the end.
 CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE __m256 Avx2Bf16x8ToF32(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
 }
 
-template <int MR>
-CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE void Avx2Int4ActBlock(const Int4ActRows& x,
-                                                         const uint8_t* row, int64_t blk,
-                                                         __m256 sv, __m256* a) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i mask = _mm256_set1_epi8(15);
-  const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-  if (blk % 4 == 0) {
-    _mm_prefetch(reinterpret_cast<const char*>(row + blk * 16) + kQuantPrefetchBytes,
-                 _MM_HINT_T0);
+// Source of byte t (0..63) of an activation block in the AVX2 kernel's order.
+CCTUNE_QINLINE int64_t Avx2Int4ActOrder(int64_t t) {
+  static constexpr int64_t kRun[4] = {0, 2, 1, 3};
+  return kRun[t / 16] * 16 + t % 16;
+}
+
+// The f32 group scales of blocks blk (lanes 0-3) and blk + 1 (lanes 4-7, 0 when !second).
+// kShift: log2 of the blocks per group (0: groupsize 32, ... 3: 256), or -1 for any other
+// multiple of 32 (a division per pair: the slow path of rare groupsizes such as 96).
+template <int kShift>
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE __m256 Avx2PairScales(const bf16* scales, int64_t blk,
+                                                         int64_t bpg, bool second) {
+  if (kShift > 0) {  // groupsize 64..256: both blocks of a pair lie in one group
+    return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(
+        uint32_t{scales[blk >> (kShift > 0 ? kShift : 0)].bits} << 16)));
   }
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + blk * 16));
-  const __m256i wv =
-      _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(raw), shift), mask);
+  uint32_t pair;
+  if (kShift == 0 && second) {
+    std::memcpy(&pair, scales + blk, sizeof(pair));  // little-endian: A low, B high
+  } else {
+    const uint32_t a = scales[kShift >= 0 ? blk >> kShift : blk / bpg].bits;
+    const uint32_t b =
+        second ? scales[kShift >= 0 ? (blk + 1) >> kShift : (blk + 1) / bpg].bits : 0u;
+    pair = a | b << 16;
+  }
+  const __m256i v = _mm256_set1_epi32(static_cast<int32_t>(pair));
+  const __m256i shift = _mm256_setr_epi32(16, 16, 16, 16, 0, 0, 0, 0);
+  return _mm256_castsi256_ps(
+      _mm256_and_si256(_mm256_sllv_epi32(v, shift), _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
+
+// Pair pr (blocks 2pr, 2pr + 1; wv its 32 bytes of W) into a[MR] with the lanes' scales sv.
+template <int MR>
+CCTUNE_QTARGET_AVX2 CCTUNE_QINLINE void Avx2Int4ActPair(const Int4ActRows& x, __m256i wv,
+                                                        int64_t pr, __m256 sv, __m256* a) {
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lo = _mm256_and_si256(wv, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), mask);
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    const __m256i xv = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(x.q + i * x.ldq + blk * kInt4BlockSize));
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones);
-    a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-                           _mm256_mul_ps(sv, _mm256_broadcast_ss(x.d + i * x.ldd + blk / 2)),
-                           a[i]);
+    const int8_t* xq = x.q + i * x.ldq + pr * kActBlock;
+    const __m256i p16 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq))),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32))));
+    a[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)),
+                           _mm256_mul_ps(sv, _mm256_broadcast_ss(x.d + i * x.ldd + pr)), a[i]);
   }
 }
 
-template <int MR>
-CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows& x,
-                                         const uint8_t* row, const bf16* scales,
-                                         const bf16* zeros, int64_t groups, float* c,
-                                         int64_t ldc) {
-  constexpr int64_t kChunk = 64;  // groups whose scales are converted at a time
-  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize;
+template <int MR, int kShift>
+CCTUNE_QTARGET_AVX2 void Avx2Int4ActTileShift(const QuantMatrix& w, const Int4ActRows& x,
+                                              const uint8_t* row, const bf16* scales,
+                                              const bf16* zeros, int64_t groups, float* c,
+                                              int64_t ldc) {
+  const int64_t blocks = (w.k + kInt4BlockSize - 1) / kInt4BlockSize, pairs = blocks / 2;
   const int64_t bpg = w.groupsize / kInt4BlockSize;
-  alignas(32) float sf[kChunk];
   __m256 acc[2][MR];
   for (int i = 0; i < MR; ++i) acc[0][i] = acc[1][i] = _mm256_setzero_ps();
-  for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
-    const int64_t ng = std::min(kChunk, groups - g0);
-    int64_t t = 0;
-    for (; t + 8 <= ng; t += 8) _mm256_store_ps(sf + t, Avx2Bf16x8ToF32(scales + g0 + t));
-    for (; t < ng; ++t) sf[t] = Bf16ToFloat(scales[g0 + t]);
-    const int64_t b0 = g0 * bpg, b1 = std::min(blocks, (g0 + ng) * bpg);
-    // The group of a block counted along (no division per block).
-    const float* sp = sf;
-    int64_t left = bpg;
-    int64_t blk = b0;
-    for (; blk + 2 <= b1; blk += 2) {  // two accumulators (FMA latency)
-      Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
-      if (--left == 0) ++sp, left = bpg;
-      Avx2Int4ActBlock<MR>(x, row, blk + 1, _mm256_broadcast_ss(sp), acc[1]);
-      if (--left == 0) ++sp, left = bpg;
-    }
-    if (blk < b1) Avx2Int4ActBlock<MR>(x, row, blk, _mm256_broadcast_ss(sp), acc[0]);
+  int64_t pr = 0;
+  for (; pr + 2 <= pairs; pr += 2) {  // two accumulators (FMA latency); one 64-byte line
+    const uint8_t* wp = row + pr * 32;
+    _mm_prefetch(reinterpret_cast<const char*>(wp) + kQuantPrefetchBytes, _MM_HINT_T0);
+    Avx2Int4ActPair<MR>(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)), pr,
+                        Avx2PairScales<kShift>(scales, 2 * pr, bpg, true), acc[0]);
+    Avx2Int4ActPair<MR>(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)), pr + 1,
+                        Avx2PairScales<kShift>(scales, 2 * pr + 2, bpg, true), acc[1]);
+  }
+  if (pr < pairs) {
+    Avx2Int4ActPair<MR>(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + pr * 32)),
+                        pr, Avx2PairScales<kShift>(scales, 2 * pr, bpg, true), acc[0]);
+    ++pr;
+  }
+  if (blocks % 2 != 0) {  // the row's last block alone: 16 bytes (no read past W), B's lanes 0
+    const __m256i wv = _mm256_zextsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + pr * 32)));
+    Avx2Int4ActPair<MR>(x, wv, pr, Avx2PairScales<kShift>(scales, 2 * pr, bpg, false), acc[1]);
   }
   // Zero points: Σ_g (z_g - 8·s_g) · xs_g.
   const __m256 eight = _mm256_set1_ps(8.f);
@@ -628,6 +656,25 @@ CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows
       zt += (z - 8.f * s) * x.xs[i * x.ldxs + r];
     }
     c[i * ldc] = Avx2Sum(_mm256_add_ps(acc[0][i], acc[1][i])) + zt;
+  }
+}
+
+template <int MR>
+CCTUNE_QTARGET_AVX2 void Avx2Int4ActTile(const QuantMatrix& w, const Int4ActRows& x,
+                                         const uint8_t* row, const bf16* scales,
+                                         const bf16* zeros, int64_t groups, float* c,
+                                         int64_t ldc) {
+  switch (w.groupsize) {
+    case 32:
+      return Avx2Int4ActTileShift<MR, 0>(w, x, row, scales, zeros, groups, c, ldc);
+    case 64:
+      return Avx2Int4ActTileShift<MR, 1>(w, x, row, scales, zeros, groups, c, ldc);
+    case 128:
+      return Avx2Int4ActTileShift<MR, 2>(w, x, row, scales, zeros, groups, c, ldc);
+    case 256:
+      return Avx2Int4ActTileShift<MR, 3>(w, x, row, scales, zeros, groups, c, ldc);
+    default:
+      return Avx2Int4ActTileShift<MR, -1>(w, x, row, scales, zeros, groups, c, ldc);
   }
 }
 
@@ -1230,6 +1277,15 @@ void StreamInt4ActGemmNT(Int8ActIsa isa, int64_t m, const float* a, int64_t lda,
     }
   }
   const int8_t* q = xq.data();
+  if (isa == Int8ActIsa::kAvx2) {  // per activation block the AVX2 kernel's order
+    xp.resize(std::max<size_t>(xp.size(), m * ldq));
+    for (int64_t i = 0; i < m * ldq; i += kActBlock) {
+      for (int64_t t = 0; t < kActBlock; t += 16) {
+        std::memcpy(xp.data() + i + t, xq.data() + i + Avx2Int4ActOrder(t), 16);
+      }
+    }
+    q = xp.data();
+  }
   if (isa == Int8ActIsa::kAvx512Vnni) {  // the spans in the VNNI kernel's order, d per lane
     xp.resize(std::max<size_t>(xp.size(), m * ldq));
     dv.resize(std::max<size_t>(dv.size(), m * spans * 16));
