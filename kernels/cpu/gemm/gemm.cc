@@ -173,9 +173,25 @@ constexpr int64_t kShortRowBytes = 1024;
 // each 4 KiB page, which for k = 2048 bf16 is each row. Measured (a GEMV over 8 x [8192, 2048]
 // bf16, m = 1, 2 threads, Zen 5, medians of 7 alternating passes in one process): 4 KiB pages
 // 37.9 -> 50.1 GB/s, huge pages 51.9 -> 64.3 (8 KiB ahead: within noise of 4; T1/NTA hints
-// lower; f32 B: no gain). Settable for benchmarks (SetStreamPrefetchBytes); 0 turns it off.
-// Each tile reads it once (StreamPrefetchBytes) and passes it to PrefetchB.
-std::atomic<int64_t> g_stream_prefetch_bytes{4096};
+// lower; f32 B: no gain). On the AVX2-only Zen 3 (2 threads, 1.1B bf16 decode, three rounds of
+// fresh processes alternating, 2026-12-03, tokens/s) 4 KiB ahead was the slowest: 0 bytes 10.4 /
+// 11.4 / 10.3, 512 10.9 / 11.1 / 9.9, 1 KiB 11.8 / 12.5 / 10.8, 2 KiB 10.1 / 9.2 / 10.2,
+// 4 KiB 10.1 / 9.2 / 11.0 (and the GEMV bench, 8 x [8192, 2048]: no prefetch 12-19% ahead of
+// 4 KiB). So 4 KiB where AVX-512 runs, 1 KiB elsewhere (only Zen 3 measured).
+// CCTUNE_STREAM_PREFETCH_BYTES overrides it (0 turns it off); SetStreamPrefetchBytes too
+// (benchmarks). Each tile reads it once (StreamPrefetchBytes) and passes it to PrefetchB.
+int64_t DefaultStreamPrefetchBytes() {
+  if (const char* env = std::getenv("CCTUNE_STREAM_PREFETCH_BYTES")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    CCTUNE_CHECK(end != env && *end == '\0' && v >= 0 && v <= (1 << 20),
+                 "CCTUNE_STREAM_PREFETCH_BYTES must be an integer in [0, 1048576], got '", env,
+                 "'");
+    return v;
+  }
+  return IsaSupported(IsaLevel::kAvx512) ? 4096 : 1024;
+}
+std::atomic<int64_t> g_stream_prefetch_bytes{DefaultStreamPrefetchBytes()};
 
 CCTUNE_INLINE int64_t StreamPrefetchBytes() {
   return g_stream_prefetch_bytes.load(std::memory_order_relaxed);
