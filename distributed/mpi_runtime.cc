@@ -1,11 +1,20 @@
 #include "distributed/mpi_runtime.h"
 
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace cctune {
 namespace {
@@ -13,7 +22,68 @@ namespace {
 std::atomic<bool> g_failed{false};
 std::atomic<MpiRuntime*> g_runtime{nullptr};
 
+constexpr char kSingleCopyVar[] = "OMPI_MCA_btl_vader_single_copy_mechanism";
+
+// What the forked child's copy of memory holds; the parent reads it back through CMA.
+volatile uint64_t g_cma_probe_word = 0;
+
 }  // namespace
+
+std::string CmaBlocker(const char* yama_ptrace_scope_path) {
+  std::ifstream yama(yama_ptrace_scope_path);
+  std::string scope;
+  if (yama && std::getline(yama, scope)) {
+    scope = std::string(absl::StripAsciiWhitespace(scope));
+    if (scope != "0") {
+      return absl::StrCat("Yama's ptrace_scope is ", scope, " (", yama_ptrace_scope_path,
+                          "): sibling processes may not read each other's memory");
+    }
+  }
+  int fds[2];
+  if (::pipe(fds) != 0) return absl::StrCat("pipe() failed: ", std::strerror(errno));
+  const uint64_t token = 0x636374756e65ull ^ static_cast<uint64_t>(::getpid());
+  g_cma_probe_word = token;
+  const pid_t child = ::fork();
+  if (child < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return absl::StrCat("fork() failed: ", std::strerror(err));
+  }
+  if (child == 0) {  // waits (async-signal-safe calls only) until the parent closes its end
+    ::close(fds[1]);
+    char c;
+    while (::read(fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  uint64_t got = 0;
+  struct iovec local = {&got, sizeof(got)};
+  struct iovec remote = {const_cast<uint64_t*>(&g_cma_probe_word), sizeof(got)};
+  const ssize_t n = ::process_vm_readv(child, &local, 1, &remote, 1, 0);
+  const int err = errno;
+  ::close(fds[1]);
+  int wstatus = 0;
+  while (::waitpid(child, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof(got))) {
+    return absl::StrCat("process_vm_readv of a child process failed: ",
+                        n < 0 ? std::strerror(err) : "short read",
+                        " (a container without CAP_SYS_PTRACE, or a seccomp filter)");
+  }
+  if (got != token) return "process_vm_readv of a child process read the wrong bytes";
+  return "";
+}
+
+std::string ConfigureSharedMemoryCopy() {
+  if (const char* set = std::getenv(kSingleCopyVar)) {
+    return absl::StrCat(set, " (", kSingleCopyVar, ", set by the user)");
+  }
+  const std::string blocker = CmaBlocker();
+  ::setenv(kSingleCopyVar, blocker.empty() ? "cma" : "none", 0);
+  return blocker.empty() ? "cma (single copy)" : absl::StrCat("none (copy in/out: ", blocker, ")");
+}
 
 std::string MpiErrorString(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -37,6 +107,7 @@ absl::StatusOr<MpiRuntime*> MpiRuntime::Get() {
   if (initialized) {
     MPI_Query_thread(&rt->thread_level_);
   } else {
+    rt->shared_memory_copy_ = ConfigureSharedMemoryCopy();
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &rt->thread_level_);
     if (rc != MPI_SUCCESS) {
       delete rt;
