@@ -59,9 +59,16 @@ struct Task {
     }
     cv.notify_all();
   }
+  // The group's count of threads blocked in Wait() (its worker polls without sleeping then).
+  std::shared_ptr<std::atomic<int>> waiters;
+
   absl::Status Wait() {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [this] { return done; });
+    if (!done) {
+      if (waiters) waiters->fetch_add(1, std::memory_order_relaxed);
+      cv.wait(lock, [this] { return done; });
+      if (waiters) waiters->fetch_sub(1, std::memory_order_relaxed);
+    }
     return status;
   }
 };
@@ -75,11 +82,33 @@ class MpiWork final : public Work {
   std::shared_ptr<Task> task_;
 };
 
-// Between two MPI_Test calls: spin briefly (a collective on shared memory completes in
-// microseconds), then sleep, up to 100 us, so a waiting worker leaves the core to compute.
+// Between two MPI_Test calls. Each test moves the transfer on (vader's copies, CMA's reads and
+// their acknowledgements happen inside it), so a sleep between tests is time the collective
+// stands still. While a thread is blocked waiting for the group's work, its core is free:
+// yield only (up to kWaitedSpin, so that a peer that is seconds late, saving a checkpoint say,
+// does not keep a core busy). Otherwise the collective overlaps compute: spin briefly (on
+// shared memory one completes in microseconds), then sleep, up to 100 us, leaving the core to
+// the compute.
 class Backoff {
  public:
+  static constexpr std::chrono::milliseconds kWaitedSpin{20};
+
+  explicit Backoff(const std::atomic<int>* waiters) : waiters_(waiters) {}
+
   void Pause() {
+    if (waiters_ != nullptr && waiters_->load(std::memory_order_relaxed) > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!spinning_) {
+        spinning_ = true;
+        spin_start_ = now;
+      }
+      if (now - spin_start_ < kWaitedSpin) {
+        std::this_thread::yield();
+        return;
+      }
+    } else {
+      spinning_ = false;
+    }
     if (++spins_ < 64) {
       std::this_thread::yield();
       return;
@@ -89,6 +118,9 @@ class Backoff {
   }
 
  private:
+  const std::atomic<int>* waiters_;
+  bool spinning_ = false;
+  std::chrono::steady_clock::time_point spin_start_{};
   int spins_ = 0;
   int sleep_us_ = 2;
 };
@@ -216,6 +248,11 @@ class MpiProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
+  std::string transport() const override {
+    return rt_->shared_memory_copy().empty()
+               ? std::string()
+               : absl::StrCat("shared memory: ", rt_->shared_memory_copy());
+  }
 
   absl::Status AllReduce(Tensor& t, ReduceOp op) override {
     CCTUNE_ASSIGN_OR_RETURN(std::shared_ptr<Task> task, PrepareAllReduce(t, op));
@@ -283,6 +320,7 @@ class MpiProcessGroup final : public ProcessGroup {
     task->call.rank = rank_;
     task->input = input;
     task->output = output;
+    task->waiters = waiters_;
     return task;
   }
 
@@ -466,7 +504,7 @@ class MpiProcessGroup final : public ProcessGroup {
                     bool* timed_out) {
     *timed_out = false;
     std::vector<int> indices(n);
-    Backoff backoff;
+    Backoff backoff(waiters_.get());
     for (;;) {
       int outcount = 0;
       int rc;
@@ -695,6 +733,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::deque<std::shared_ptr<Task>> queue_;
   bool stop_ = false;
   std::thread worker_;
+  std::shared_ptr<std::atomic<int>> waiters_ = std::make_shared<std::atomic<int>>(0);
 
   // The worker's own (no lock).
   int64_t seq_ = 0;
