@@ -76,6 +76,9 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual const char* backend() const = 0;
+  // How the backend moves data, for the logs ("" when there is nothing to say); the MPI one:
+  // "shared memory: cma (single copy)" (MpiRuntime::shared_memory_copy()).
+  virtual std::string transport() const { return ""; }
 
   // `t` becomes op over every rank's `t`.
   virtual absl::Status AllReduce(Tensor& t, ReduceOp op) = 0;

@@ -26,6 +26,7 @@ class TimedProcessGroup final : public ProcessGroup {
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
   const char* backend() const override { return inner_->backend(); }
+  std::string transport() const override { return inner_->transport(); }
 
   absl::Status AllReduce(Tensor& t, ReduceOp op) override;
   absl::Status ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;

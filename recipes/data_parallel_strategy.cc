@@ -72,8 +72,10 @@ absl::Status DataParallelStrategy::Configure(const ConfigNode& root) {
   CCTUNE_ASSIGN_OR_RETURN(pg_, CreateProcessGroup(env, options, dev));
   timed_ = std::make_unique<TimedProcessGroup>(pg_.get());
   if (pg_->rank() > 0 && GetLogLevel() < LogLevel::kWarning) SetLogLevel(LogLevel::kWarning);
-  LogInfo("%s: %d rank%s (%s backend, from %s)", docs_.name, pg_->world_size(),
-          pg_->world_size() == 1 ? "" : "s", pg_->backend(), env.source.c_str());
+  const std::string transport = pg_->transport();
+  LogInfo("%s: %d rank%s (%s backend, from %s%s%s)", docs_.name, pg_->world_size(),
+          pg_->world_size() == 1 ? "" : "s", pg_->backend(), env.source.c_str(),
+          transport.empty() ? "" : "; ", transport.c_str());
   if (const char* kill = std::getenv("CCTUNE_TEST_SIGKILL_AT_STEP"); kill != nullptr && *kill) {
     const std::vector<std::string> parts = absl::StrSplit(kill, ':');
     if (parts.size() == 3) kill_where_ = parts[2];
