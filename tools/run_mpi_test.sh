@@ -51,7 +51,8 @@ trap 'rm -rf "$session"' EXIT
 export TMPDIR="$session"
 export OMPI_MCA_orte_tmpdir_base="$session"
 export OMPI_MCA_btl=self,vader
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# vader's single-copy mechanism is left to the program: cctune's MPI runtime probes CMA before
+# MPI_Init and picks cma or none (distributed/mpi_runtime.h); an exported value wins.
 export OMPI_MCA_plm=isolated
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_hwloc_base_binding_policy=none
