@@ -46,6 +46,7 @@ TESTS=(
   //kernels/cuda:cuda_attention_backward_test
   //kernels/cuda:cuda_optim_test
   //kernels/cuda:cuda_dropout_test
+  //kernels/cuda:cuda_quant_test
   //training:optim_cuda_test
   //training:cuda_train_test
   //recipes:cuda_recipes_test
@@ -77,6 +78,13 @@ cd "$ROOT"
 
 BAZEL_FLAGS=(--config="$CONFIG" --symlink_prefix=/)
 [[ "$CONFIG" != native ]] || die "GPU_BUNDLE_CONFIG=native: the bundle runs on another host"
+
+# Every gpu-tagged test must be in TESTS (a new one left out would never run on a GPU).
+GPU_TESTS="$(bazel --output_base="$OUTPUT_BASE" query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)" ||
+  die "bazel query for the gpu-tagged tests failed"
+for t in $GPU_TESTS; do
+  [[ " ${TESTS[*]} " == *" $t "* ]] || die "$t is tagged gpu but not in TESTS: add it"
+done
 
 # Every C++ compile action of the bundle must carry one -march, and never "native".
 echo "== bazel aquery: -march of the compile actions (--config=$CONFIG)"
