@@ -57,6 +57,42 @@ absl::Status CheckRange(const Tensor& idx, int64_t limit, const char* op, const 
   return absl::OkStatus();
 }
 
+bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// Decode-shaped Linear (a few rows of x against a row-major weight) through the GEMV kernel;
+// false when the layout, dtypes or row count call for cuBLAS. Measured on an H200, 2026-12-04
+// (cuda_ops_bench BM_LinearDecode / BM_CublasDecode, [rows, 4096] x [14336, 4096]^T, TB/s of
+// weight read, after a warm-up call; device copy 4.22): f32 rows 1 / 2 / 3 / 4 / 6 / 8: kernel
+// 3.47 / 3.13 / 2.75 / 2.87 / 2.21 / 1.65, cuBLAS 3.33 / 2.54 / 1.97 / 2.40 / 2.10 / 1.75; bf16
+// rows 1: kernel 3.32, cuBLAS 3.35 (from 2 rows cuBLAS holds 3.35, the kernel falls to 2.9). The
+// kernel takes bf16 / f16 m = 1 anyway: within 1% there, and the first call of each shape
+// through cuBLAS loads its kernels (60-130 ms each, measured), a cost a decode step never pays
+// here.
+int64_t GemvMaxRows(DType dtype) { return dtype == DType::kF32 ? 6 : 1; }
+
+absl::StatusOr<bool> TryGemv(Tensor& out2, const Tensor& x2, const Tensor& w,
+                             const Tensor* bias) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  if (m > GemvMaxRows(w.dtype()) || x2.dtype() != w.dtype() || !IsFloat(w.dtype()) ||
+      !IsFloat(out2.dtype())) {
+    return false;
+  }
+  if ((k > 1 && (x2.stride(1) != 1 || w.stride(1) != 1)) || (n > 1 && out2.stride(1) != 1)) {
+    return false;
+  }
+  if (bias != nullptr && (!IsFloat(bias->dtype()) || (n > 1 && bias->stride(0) != 1))) {
+    return false;
+  }
+  const int64_t ldx = m > 1 ? x2.stride(0) : 0, ldo = m > 1 ? out2.stride(0) : 0;
+  const int64_t ldw = n > 1 ? w.stride(0) : 0;
+  CCTUNE_CUDA_RETURN_IF_ERROR(LaunchGemv(
+      m, n, k, static_cast<int>(w.dtype()), x2.raw_data(), ldx, w.raw_data(), ldw,
+      bias != nullptr ? bias->raw_data() : nullptr,
+      bias != nullptr ? static_cast<int>(bias->dtype()) : kDtF32, out2.raw_data(),
+      static_cast<int>(out2.dtype()), ldo, kStream));
+  return true;
+}
+
 class CudaBackend final : public OpBackend {
  public:
   DeviceType type() const override { return DeviceType::kCUDA; }
@@ -74,6 +110,10 @@ class CudaBackend final : public OpBackend {
     CCTUNE_ASSIGN_OR_RETURN(Tensor wt, w.Transpose(0, 1));
     // Linear multiplies in the weight's dtype: activations of another dtype are converted.
     auto out2 = out.View({m, n});
+    if (out2.ok() && k > 0) {
+      CCTUNE_ASSIGN_OR_RETURN(const bool done, TryGemv(*out2, x2, w, bias));
+      if (done) return absl::OkStatus();
+    }
     if (out2.ok()) return Gemm(*out2, x2, wt, bias, w.dtype());
     CCTUNE_ASSIGN_OR_RETURN(Tensor tmp, Tensor::Empty({m, n}, out.dtype(), out.device()));
     CCTUNE_RETURN_IF_ERROR(Gemm(tmp, x2, wt, bias, w.dtype()));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -103,6 +104,38 @@ TEST_F(CudaOpsTest, LinearMatchesCpu) {
         EXPECT_TRUE(AllClose(out.gpu, out.cpu, Tol(dt), Tol(dt)))
             << DTypeName(dt) << " x " << ShapeToString(x.cpu.shape()) << " n " << c.n << " strided "
             << strided << " bias " << with_bias;
+      }
+    }
+  }
+}
+
+// Decode shapes (the GEMV kernel: m = 1, and f32 up to m = 6) and cuBLAS (m = 8, 9): 16-byte pieces with two in
+// flight (k = 520), and rows padded to an aligned stride whose k leaves an element-wise tail
+// (k = 102 of 104), against the CPU; bias on and off, out in the weight's dtype or f32.
+TEST_F(CudaOpsTest, LinearDecodeShapesMatchCpu) {
+  Generator gen(12);
+  for (int64_t m : {1, 3, 6, 8, 9}) {
+    for (const auto& [k, n, pad] : {std::tuple<int64_t, int64_t, int64_t>{520, 70, 0},
+                                    std::tuple<int64_t, int64_t, int64_t>{102, 33, 2}}) {
+      for (DType dt : kFloats) {
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool with_bias = variant & 1;
+          const DType out_dt = variant & 2 ? DType::kF32 : dt;
+          Pair x = RandomPair({m, k + pad}, dt, gen);
+          Pair w = RandomPair({n, k + pad}, dt, gen, 1.0 / std::sqrt(static_cast<double>(k)));
+          if (pad > 0) {
+            x = ViewPair(x, Narrow(1, 0, k));
+            w = ViewPair(w, Narrow(1, 0, k));
+          }
+          const Pair bias = RandomPair({n}, DType::kF32, gen);
+          Pair out = OutputPair({m, n}, out_dt);
+          CCTUNE_ASSERT_OK(ops::Linear(out.cpu, x.cpu, w.cpu, with_bias ? &bias.cpu : nullptr));
+          CCTUNE_ASSERT_OK(ops::Linear(out.gpu, x.gpu, w.gpu, with_bias ? &bias.gpu : nullptr));
+          const double tol = Tol(Coarsest({dt, out_dt}));
+          EXPECT_TRUE(AllClose(out.gpu, out.cpu, tol, tol))
+              << DTypeName(dt) << " m " << m << " k " << k << " (row " << k + pad << ") n " << n
+              << " out " << DTypeName(out_dt) << " bias " << with_bias;
+        }
       }
     }
   }

@@ -55,6 +55,19 @@ cudaError_t LaunchBinary(BinaryOp op, const CuTensor& out, const CuTensor& a, co
 // out = alpha * x.
 cudaError_t LaunchScale(const CuTensor& out, const CuTensor& x, float alpha, cudaStream_t stream);
 
+// ---- Decode GEMV (gemv_kernels.cu) ----
+
+// out[i * ldo + j] = Σ_t x[i * ldx + t] · w[j * ldw + t] (+ bias[j]) for i < m ≤ kGemvMaxRows,
+// j < n: the decode shape (a few rows of activations against a row-major weight); the backend's
+// Linear takes it where it measured at least as fast as cuBLAS (GemvMaxRows in
+// cuda_backend.cc: 80-82% of the device copy bandwidth at m = 1). x and w share `dtype` (f32, bf16 or f16),
+// rows unit-stride; f32 accumulation; bias (any float dtype, contiguous, or null) is added
+// before the one rounding into out's float dtype. cudaErrorInvalidValue for other arguments.
+constexpr int64_t kGemvMaxRows = 8;
+cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, int dtype, const void* x, int64_t ldx,
+                       const void* w, int64_t ldw, const void* bias, int bias_dtype, void* out,
+                       int out_dtype, int64_t ldo, cudaStream_t stream);
+
 // ---- Row-wise (norm_kernels.cu): rows are all dims but the last ----
 
 // out = x * rsqrt(mean(x^2) + eps) * weight; the normalised value is rounded to x's dtype

@@ -33,6 +33,11 @@ struct dim3 {
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
+// vector_types.h's 16-byte vector (one 128-bit load).
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+
 namespace emu {
 
 dim3 ThreadIdx();
