@@ -56,37 +56,11 @@ Tensor Rand(const Shape& s, DType dt, uint64_t seed, double scale = 1.0) {
 
 DType Dt(int64_t arg) { return arg ? DType::kBF16 : DType::kF32; }
 
-// Decode-time projection: `rows` tokens through a Llama 3 8B MLP weight [14336, 4096] (the
-// GEMV kernel for rows <= 8). Bytes: the weight once per call.
-void BM_LinearDecode(benchmark::State& state) {
-  DeviceInterface* iface = CudaOrSkip(state);
-  if (iface == nullptr) return;
-  const int64_t rows = state.range(0);
-  const DType dt = Dt(state.range(1));
-  const Tensor x = Rand({rows, 4096}, dt, 1);
-  const Tensor w = Rand({14336, 4096}, dt, 2, 0.02);
-  Tensor out = ValueOrDie(Tensor::Empty({rows, 14336}, dt, kCuda));
-  // One untimed call first: a library's first call of a shape loads its kernels (cuBLAS:
-  // ~60-130 ms, which a short run would report as the speed).
-  CCTUNE_CHECK_OK(ops::Linear(out, x, w));
-  CCTUNE_CHECK_OK(iface->Synchronize(0));
-  double enqueue_s = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(ops::Linear(out, x, w));
-    enqueue_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CCTUNE_CHECK_OK(iface->Synchronize(0));
-  }
-  // Host time to enqueue one call (validation, dispatch, launch): the floor of a decode step
-  // when it exceeds the kernel's own time.
-  state.counters["enqueue_us"] = 1e6 * enqueue_s / std::max<int64_t>(1, state.iterations() * kReps);
-  state.SetBytesProcessed(state.iterations() * kReps * static_cast<int64_t>(w.nbytes()));
-}
-BENCHMARK(BM_LinearDecode)->ArgsProduct({{1, 2, 3, 4, 6, 8}, {0, 1}})->ArgNames({"rows", "bf16"})->UseRealTime();
-
-// The same product through cuBLAS (cublasGemmEx, what Linear ran for every m before the GEMV
-// kernel): the reference the kernel is measured against.
-void BM_CublasDecode(benchmark::State& state) {
+// Decode-time projection: `rows` tokens through a Llama 3 8B MLP weight [14336, 4096]. Bytes:
+// the weight once per call. Through ops::Linear (the GEMV kernel where GemvMaxRows takes it) or,
+// with `cublas`, straight through cuda::Gemm (cublasGemmEx, what Linear ran for every m before
+// the kernel): the reference the kernel is measured against.
+void DecodeProduct(benchmark::State& state, bool cublas) {
   DeviceInterface* iface = CudaOrSkip(state);
   if (iface == nullptr) return;
   const int64_t rows = state.range(0);
@@ -95,16 +69,31 @@ void BM_CublasDecode(benchmark::State& state) {
   const Tensor w = Rand({14336, 4096}, dt, 2, 0.02);
   const Tensor wt = ValueOrDie(w.Transpose(0, 1));
   Tensor out = ValueOrDie(Tensor::Empty({rows, 14336}, dt, kCuda));
+  auto call = [&]() -> absl::Status {
 #ifdef CCTUNE_WITH_CUDA
-  CCTUNE_CHECK_OK(cuda::Gemm(out, x, wt, nullptr, dt));  // untimed: loads cuBLAS's kernels
+    if (cublas) return cuda::Gemm(out, x, wt, nullptr, dt);
+#endif
+    return ops::Linear(out, x, w);
+  };
+  // One untimed call first: a library's first call of a shape loads its kernels (cuBLAS:
+  // ~60-130 ms, which a short run would report as the speed).
+  CCTUNE_CHECK_OK(call());
   CCTUNE_CHECK_OK(iface->Synchronize(0));
+  double enqueue_s = 0;
   for (auto _ : state) {
-    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(cuda::Gemm(out, x, wt, nullptr, dt));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < kReps; ++r) CCTUNE_CHECK_OK(call());
+    enqueue_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CCTUNE_CHECK_OK(iface->Synchronize(0));
   }
-#endif
+  // Host time to enqueue one call (validation, dispatch, launch): the floor of a decode step
+  // when it exceeds the kernel's own time.
+  state.counters["enqueue_us"] = 1e6 * enqueue_s / std::max<int64_t>(1, state.iterations() * kReps);
   state.SetBytesProcessed(state.iterations() * kReps * static_cast<int64_t>(w.nbytes()));
 }
+void BM_LinearDecode(benchmark::State& state) { DecodeProduct(state, /*cublas=*/false); }
+void BM_CublasDecode(benchmark::State& state) { DecodeProduct(state, /*cublas=*/true); }
+BENCHMARK(BM_LinearDecode)->ArgsProduct({{1, 2, 3, 4, 6, 8}, {0, 1}})->ArgNames({"rows", "bf16"})->UseRealTime();
 BENCHMARK(BM_CublasDecode)->ArgsProduct({{1, 2, 3, 4, 6, 8}, {0, 1}})->ArgNames({"rows", "bf16"})->UseRealTime();
 
 // Prefill / training-size product: [m, 4096] x [4096, 4096]ᵀ.
