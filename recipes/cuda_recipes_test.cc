@@ -5,7 +5,8 @@
 // loaded back onto the device) ends with the weights of the CPU run. Skips without a usable
 // CUDA device; on a machine without a GPU it runs under the emulator:
 //   CCTUNE_EMU_TESTS=recipes/cuda_recipes_test CCTUNE_EMU_EXTRA="checkpoint config data
-//     generation modules models/... recipes tokenizers training" kernels/cuda/emu/run_emu.sh
+//     distributed generation modules models/... recipes tests tokenizers training" \
+//     kernels/cuda/emu/run_emu.sh
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

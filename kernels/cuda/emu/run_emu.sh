@@ -68,8 +68,17 @@ if (( ${#extra_pkgs[@]} > 0 )); then
       extra_headers+=("${pb_cc%.cc}.h")
     done
   done
-  # The one genrule the packages need: recipes' built-in configs, as //recipes:embedded_configs.
+  # The genrules the packages need: recipes' built-in configs (//recipes:embedded_configs) and
+  # the model families (//models:embedded_families).
   for pkg in "${extra_pkgs[@]}"; do
+    if [[ "$pkg" == models ]]; then
+      (cd "$repo" && bash models/embed_families.sh $(ls models/*/*.yaml | sort)) \
+        > "$out/gen_proto/embedded_families.cc.new"
+      cmp -s "$out/gen_proto/embedded_families.cc.new" "$out/gen_proto/embedded_families.cc" ||
+        cp "$out/gen_proto/embedded_families.cc.new" "$out/gen_proto/embedded_families.cc"
+      rm -f "$out/gen_proto/embedded_families.cc.new"
+      extra_srcs+=("$out/gen_proto/embedded_families.cc")
+    fi
     if [[ "$pkg" == recipes ]]; then
       (cd "$repo" && bash recipes/embed_configs.sh $(find configs -name '*.yaml' | sort)) \
         > "$out/gen_proto/embedded_configs.cc.new"
@@ -82,7 +91,10 @@ if (( ${#extra_pkgs[@]} > 0 )); then
   done
   for pkg in "${extra_pkgs[@]}"; do
     for f in "$repo/$pkg"/*.cc; do
+      [[ -f "$f" ]] || continue  # a folder without C++ (e.g. a model family's configs only)
       case "$f" in *_test.cc|*_bench.cc|*_benchmark.cc|*_fuzzer.cc) continue ;; esac
+      # NCCL has no emulated stand-in (its backend is a library opened at run time anyway).
+      grep -q -E '^#include <nccl\.h>' "$f" && continue
       grep -q -E '^int main\(' "$f" && continue
       extra_srcs+=("$f")
     done
@@ -91,10 +103,12 @@ if (( ${#extra_pkgs[@]} > 0 )); then
   # The system libraries the repository's packages use (those pkg-config knows here).
   extra_mods=()
   for m in absl_raw_hash_set absl_hash absl_time absl_cord absl_random_random protobuf \
-           yaml-cpp libpcre2-8 sentencepiece; do
+           yaml-cpp libpcre2-8 sentencepiece ompi; do
     pkg-config --exists "$m" && extra_mods+=("$m")
   done
   extra_libs=($(pkg-config --libs "${extra_mods[@]}"))
+  # OpenMPI's headers, for `distributed` (recipes link its process groups).
+  pkg-config --exists ompi && flags+=($(pkg-config --cflags ompi))
 fi
 # Any header change rebuilds everything (cheap enough, and never stale).
 stamp="$out/obj/headers.stamp"
