@@ -57,8 +57,6 @@ absl::Status CheckRange(const Tensor& idx, int64_t limit, const char* op, const 
   return absl::OkStatus();
 }
 
-bool IsFloat(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-
 // Decode-shaped Linear (a few rows of x against a row-major weight) through the GEMV kernel;
 // false when the layout, dtypes or row count call for cuBLAS. Measured on an H200, 2026-12-04
 // (cuda_ops_bench BM_LinearDecode / BM_CublasDecode, [rows, 4096] x [14336, 4096]^T, TB/s of
@@ -73,14 +71,14 @@ int64_t GemvMaxRows(DType dtype) { return dtype == DType::kF32 ? 6 : 1; }
 absl::StatusOr<bool> TryGemv(Tensor& out2, const Tensor& x2, const Tensor& w,
                              const Tensor* bias) {
   const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
-  if (m > GemvMaxRows(w.dtype()) || x2.dtype() != w.dtype() || !IsFloat(w.dtype()) ||
-      !IsFloat(out2.dtype())) {
+  if (m > GemvMaxRows(w.dtype()) || x2.dtype() != w.dtype() || !IsFloating(w.dtype()) ||
+      !IsFloating(out2.dtype())) {
     return false;
   }
   if ((k > 1 && (x2.stride(1) != 1 || w.stride(1) != 1)) || (n > 1 && out2.stride(1) != 1)) {
     return false;
   }
-  if (bias != nullptr && (!IsFloat(bias->dtype()) || (n > 1 && bias->stride(0) != 1))) {
+  if (bias != nullptr && (!IsFloating(bias->dtype()) || (n > 1 && bias->stride(0) != 1))) {
     return false;
   }
   const int64_t ldx = m > 1 ? x2.stride(0) : 0, ldo = m > 1 ? out2.stride(0) : 0;

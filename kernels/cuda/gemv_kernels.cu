@@ -11,12 +11,6 @@ namespace {
 
 constexpr int kGemvWarps = 8;  // output columns per block
 
-__device__ __forceinline__ float WarpSumF(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // f16 bits -> f32, exact: the conversion instruction on the GPU, core's bit pattern elsewhere.
 __device__ __forceinline__ float HalfToF(uint16_t h) {
 #if defined(__CUDA_ARCH__)
@@ -121,7 +115,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(GemvArgs a) {
     for (int r = 0; r < R; ++r) acc[r] = fmaf(wv, Elem<D>(a.x, r * a.ldx + t), acc[r]);
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = WarpSumF(acc[r]);
+  for (int r = 0; r < R; ++r) acc[r] = WarpSum(acc[r]);
   if (lane == 0) {
     const float b = a.bias != nullptr ? LoadF(a.bias, j, a.bias_dtype) : 0.f;
 #pragma unroll
@@ -150,7 +144,6 @@ void LaunchDtype(int64_t m, const GemvArgs& a, cudaStream_t stream) {
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-bool IsFloatCode(int dt) { return dt == kDtF32 || dt == kDtBF16 || dt == kDtF16; }
 
 }  // namespace
 
@@ -159,8 +152,8 @@ cudaError_t LaunchGemv(int64_t m, int64_t n, int64_t k, int dtype, const void* x
                        int out_dtype, int64_t ldo, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return cudaSuccess;
   if (m > kGemvMaxRows || n > (int64_t{1} << 31) * kGemvWarps ||
-      !IsFloatCode(dtype) || !IsFloatCode(out_dtype) ||
-      (bias != nullptr && !IsFloatCode(bias_dtype))) {
+      !IsFloatingCodeHost(dtype) || !IsFloatingCodeHost(out_dtype) ||
+      (bias != nullptr && !IsFloatingCodeHost(bias_dtype))) {
     return cudaErrorInvalidValue;
   }
   const int64_t es = dtype == kDtF32 ? 4 : 2;

@@ -69,25 +69,23 @@ if (( ${#extra_pkgs[@]} > 0 )); then
     done
   done
   # The genrules the packages need: recipes' built-in configs (//recipes:embedded_configs) and
-  # the model families (//models:embedded_families).
+  # the model families (//models:embedded_families). Each output is replaced only when it
+  # changed, so its object is not rebuilt every time.
+  genrule() {  # genrule OUT.cc SCRIPT INPUTS...
+    local gen="$out/gen_proto/$1"
+    shift
+    (cd "$repo" && bash "$@") > "$gen.new"
+    cmp -s "$gen.new" "$gen" || cp "$gen.new" "$gen"
+    rm -f "$gen.new"
+    extra_srcs+=("$gen")
+  }
   for pkg in "${extra_pkgs[@]}"; do
-    if [[ "$pkg" == models ]]; then
-      (cd "$repo" && bash models/embed_families.sh $(ls models/*/*.yaml | sort)) \
-        > "$out/gen_proto/embedded_families.cc.new"
-      cmp -s "$out/gen_proto/embedded_families.cc.new" "$out/gen_proto/embedded_families.cc" ||
-        cp "$out/gen_proto/embedded_families.cc.new" "$out/gen_proto/embedded_families.cc"
-      rm -f "$out/gen_proto/embedded_families.cc.new"
-      extra_srcs+=("$out/gen_proto/embedded_families.cc")
-    fi
-    if [[ "$pkg" == recipes ]]; then
-      (cd "$repo" && bash recipes/embed_configs.sh $(find configs -name '*.yaml' | sort)) \
-        > "$out/gen_proto/embedded_configs.cc.new"
-      # Replaced only when it changed, so its object is not rebuilt every time.
-      cmp -s "$out/gen_proto/embedded_configs.cc.new" "$out/gen_proto/embedded_configs.cc" ||
-        cp "$out/gen_proto/embedded_configs.cc.new" "$out/gen_proto/embedded_configs.cc"
-      rm -f "$out/gen_proto/embedded_configs.cc.new"
-      extra_srcs+=("$out/gen_proto/embedded_configs.cc")
-    fi
+    case "$pkg" in
+      models) genrule embedded_families.cc models/embed_families.sh \
+                $(cd "$repo" && ls models/*/*.yaml | sort) ;;
+      recipes) genrule embedded_configs.cc recipes/embed_configs.sh \
+                 $(cd "$repo" && find configs -name '*.yaml' | sort) ;;
+    esac
   done
   for pkg in "${extra_pkgs[@]}"; do
     for f in "$repo/$pkg"/*.cc; do
