@@ -241,9 +241,14 @@ void BM_Peak(benchmark::State& state, int which) {
 }
 
 // The peak a path is measured against: its own instruction's (vdpbf16ps for the bf16 dot
-// paths, f32 FMA at the active vector width otherwise).
-double PeakFor(GemmIsa isa) {
+// paths, f32 FMA at the active vector width otherwise). kAuto is measured against the route it
+// takes for bf16 weights at m rows (gemm_internal::AutoBf16Route), not always f32 FMA's peak.
+double PeakFor(GemmIsa isa, int64_t m) {
   const ComputePeak& p = MeasuredComputePeak();
+  if (isa == GemmIsa::kAuto) {
+    const GemmIsa route = cpu::gemm_internal::AutoBf16Route(m);
+    if (route != GemmIsa::kAuto) isa = route;
+  }
   if (isa == GemmIsa::kPackedBf16 || isa == GemmIsa::kAvx512Bf16) return p.dpbf16;
   if (isa == GemmIsa::kAmx) return p.amx;
   return cpu::IsaSupported(cpu::IsaLevel::kAvx512) ? p.fma512 : p.fma256;
@@ -252,7 +257,7 @@ double PeakFor(GemmIsa isa) {
 // GemmNT at a prefill shape. One copy of the weights (not rotated as for Gemv), so they may
 // stay in a large last-level cache between calls, which a real prefill's layers do not.
 void BM_Prefill(benchmark::State& state, GemmIsa isa, int64_t m, int64_t n, int64_t k) {
-  const double peak = PeakFor(isa);
+  const double peak = PeakFor(isa, m);
   BM_GemmNT(state, DType::kBF16, isa, m, n, k, false);
   if (peak > 0 && state.counters.count("GFLOP/s")) {
     state.counters["peak"] = peak;
