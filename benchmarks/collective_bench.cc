@@ -4,8 +4,9 @@
 // (N-1)/N x algbw of the full buffer; broadcast 1x). Run it under mpirun (not a test):
 //
 //   bazel build //benchmarks:collective_bench
-//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-//     bazel-bin/benchmarks/collective_bench [--backend mpi|nccl] [--max_mb 64] [--seconds 0.2]
+//   BIN=bazel-bin/benchmarks/collective_bench
+//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 $BIN [flags]
+// with flags [--backend mpi|nccl] [--max_mb 64] [--seconds 0.2]
 //
 // On the mpi backend each size also runs OpenMPI's own MPI_Allreduce (sum, f32) on the same
 // buffer, as a reference for the cost of cctune's design (handshake, worker thread, rank-order

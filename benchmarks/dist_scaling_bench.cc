@@ -9,8 +9,8 @@
 //
 //   bazel build //benchmarks:dist_scaling_bench
 //   bazel-bin/benchmarks/dist_scaling_bench --model demo              # one rank
-//   mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 \
-//       bazel-bin/benchmarks/dist_scaling_bench --model 15m           # two
+//   BIN=bazel-bin/benchmarks/dist_scaling_bench
+//   mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 $BIN --model 15m   # two
 //
 // Models: the shapes of benchmarks/train_bench.cc (--model 15m: a 15.7M Llama, 6 layers, d 384,
 // vocab 8192, batch 4 x 256 per rank; --model demo: configs/demo's 0.8M model, batch 64 x 16

@@ -2,8 +2,8 @@
 // dict whose every tensor lies inside the file (checked by reading each one under ASan) and
 // has the shape the header implies.
 //   bazel --output_base=$HOME/.cache/cctune/fuzz build --config=fuzz //checkpoint:llama2c_fuzzer
-//   bazel-bin/checkpoint/llama2c_fuzzer -max_total_time=120 -dict=checkpoint/fuzz/llama2c.dict \
-//       CORPUS checkpoint/fuzz/llama2c_corpus
+//   D=checkpoint/fuzz/llama2c
+//   bazel-bin/checkpoint/llama2c_fuzzer -max_total_time=120 -dict=$D.dict CORPUS ${D}_corpus
 #include <unistd.h>
 
 #include <cstddef>

@@ -5,8 +5,8 @@
 // Resolution must end with a tree or errors, within the depth limits; a resolved tree must
 // hold no unresolved ${} except those written escaped, and must print as YAML.
 //   bazel --output_base=$HOME/.cache/cctune/fuzz build --config=fuzz //config:interpolation_fuzzer
-//   bazel-bin/config/interpolation_fuzzer -max_total_time=120 \
-//       -dict=config/fuzz/interpolation.dict CORPUS config/fuzz/interpolation_corpus
+//   D=config/fuzz/interpolation
+//   bazel-bin/config/interpolation_fuzzer -max_total_time=120 -dict=$D.dict CORPUS ${D}_corpus
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -3,8 +3,8 @@
 // Every argument must give a Status; the tree after any mix of good and bad overrides must
 // keep its paths right (each node's path finds the node again) and print as YAML.
 //   bazel --output_base=$HOME/.cache/cctune/fuzz build --config=fuzz //config:overrides_fuzzer
-//   bazel-bin/config/overrides_fuzzer -max_total_time=120 -dict=config/fuzz/overrides.dict \
-//       CORPUS config/fuzz/overrides_corpus
+//   D=config/fuzz/overrides
+//   bazel-bin/config/overrides_fuzzer -max_total_time=120 -dict=$D.dict CORPUS ${D}_corpus
 #include <cstddef>
 #include <cstdint>
 #include <string>

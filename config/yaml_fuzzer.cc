@@ -3,8 +3,8 @@
 // value. Hostile inputs (self-referential aliases, billion laughs, deep nesting) must fail
 // within the limits of config/node.h, never by exhausting the stack or memory.
 //   bazel --output_base=$HOME/.cache/cctune/fuzz build --config=fuzz //config:yaml_fuzzer
-//   bazel-bin/config/yaml_fuzzer -max_total_time=120 -dict=config/fuzz/yaml.dict CORPUS \
-//       config/fuzz/yaml_corpus
+//   D=config/fuzz/yaml
+//   bazel-bin/config/yaml_fuzzer -max_total_time=120 -dict=$D.dict CORPUS ${D}_corpus
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -4,9 +4,10 @@
 // and resumed on cuda (weights, optimizer state and LoRA adapters written to the host and
 // loaded back onto the device) ends with the weights of the CPU run. Skips without a usable
 // CUDA device; on a machine without a GPU it runs under the emulator:
-//   CCTUNE_EMU_TESTS=recipes/cuda_recipes_test CCTUNE_EMU_EXTRA="checkpoint config data
-//     distributed generation modules models/... recipes tests tokenizers training" \
-//     kernels/cuda/emu/run_emu.sh
+//   export CCTUNE_EMU_TESTS=recipes/cuda_recipes_test
+//   export CCTUNE_EMU_EXTRA="checkpoint config data distributed generation modules models/...
+//     recipes tests tokenizers training"
+//   kernels/cuda/emu/run_emu.sh
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
