@@ -829,9 +829,11 @@ CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, cons
 #pragma GCC unroll 12
   for (int j = 0; j < ROWS; ++j) rows[j] = b + (j < nr ? j : 0) * ldb;
   constexpr int kBases = (ROWS + 2) / 3;
-  const char* base[kBases];
+  const char* base[kBases];  // FULL only (a partial group's rows 3q may lie past B's end)
 #pragma GCC unroll 4
-  for (int q = 0; q < kBases; ++q) base[q] = reinterpret_cast<const char*>(b + 3 * q * ldb);
+  for (int q = 0; q < kBases; ++q) {
+    base[q] = FULL ? reinterpret_cast<const char*>(b + 3 * q * ldb) : nullptr;
+  }
   const int64_t ldb_bytes = ldb * 2;
   PrefetchCursor cursor = *pf;  // a local copy the loop keeps in registers
   __m512 acc[HALVES][ROWS];
