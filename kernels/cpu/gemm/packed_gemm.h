@@ -13,10 +13,11 @@
 // Micro-kernels (chosen at run time, kernels/cpu/isa.h):
 //   kAvx512Bf16  bf16 B only: A rounded to bf16, _mm512_vdpbf16ps (32 products per
 //                instruction). PackedGemmNT with k >= 1024 or B of >= 4 MiB (prefill's
-//                weights) reads B in place: 32 rows of A (packed as bf16
+//                weights) does not transpose B: 32 rows of A (packed as bf16
 //                pairs) x 12 rows of B (a pair of each broadcast per k-step from B's rows as
-//                stored), k-blocks of 2048, m-blocks of 128 rows, the tile transposed in
-//                registers when stored; nothing of B is packed (the micro-panels' transposes
+//                stored, each group's k-block first copied row by row to a buffer whose
+//                rows do not share L1 sets), k-blocks of 2048, m-blocks of 128 rows, the
+//                tile transposed in registers when stored (the micro-panels' transposes
 //                were 10-15% of a 128-row GEMM). Smaller NT products (B in cache, where the
 //                in-place tile's transposed store costs more than packing), PackedGemmNN and
 //                PackedSgemm (k-major B) pack B as bf16 pairs interleaved along k, 12 x 32
