@@ -1111,7 +1111,7 @@ namespace {
 void Run(PackedIsa isa, const Args& p) {
   switch (isa) {
     case PackedIsa::kAvx512Bf16:
-      // B rows in the Linear shape (PackedGemmNT): read in place. k-major B (PackedGemmNN,
+      // B rows in the Linear shape (PackedGemmNT): never transposed. k-major B (PackedGemmNN,
       // PackedSgemm's dY·W and dYᵀ·X) takes the pair micro-panels.
       if (!p.a_kmajor && !p.b_kmajor && p.b_dtype == DType::kBF16 &&
           (p.k >= kBcastMinK || p.n * p.k * 2 >= kBcastMinBBytes)) {

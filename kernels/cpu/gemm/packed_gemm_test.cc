@@ -158,10 +158,11 @@ TEST_P(PackedGemmTest, CrossesCacheBlocks) {
   CheckCase(isa, DType::kBF16, 300, 5, 2 * bl.kc + 1, 0, 1.f, 13);
 }
 
-// PackedGemmNT on the avx512_bf16 path reads B in place (32-row strips of A times 12-row
-// groups of B, k-blocks of 2048, m-blocks of 128 rows): sizes around those edges, odd k (the
-// last value of each B row read alone), B rows past n never read (NaN padding), and the split
-// of m across threads when n is narrow.
+// PackedGemmNT on the avx512_bf16 path reads B's rows as stored (32-row strips of A times
+// 12-row groups of B, each group's k-block copied to a buffer with rows 64 bytes further
+// apart, k-blocks of 2048, m-blocks of 128 rows): sizes around those edges, odd k (the last
+// value of each B row read alone), B rows past n never read (NaN padding), and the split of m
+// across threads when n is narrow.
 TEST_P(PackedGemmTest, Bf16InPlaceBAcrossItsBlocks) {
   const PackedIsa isa = PathOf(GetParam());
   if (isa != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "the avx512_bf16 path only";
