@@ -769,8 +769,13 @@ void RunPacked(const Args& p) {
 //
 // Loops per thread: m in blocks of kBcastMc rows (the block's packed A, 512 KiB at the 2048
 // k-block, stays in L2), k in blocks of kBcastKc, the thread's groups of 12 rows of B (their
-// k-block, 12 x 4 KiB, copied to the thread's group buffer; the next group's lines prefetched
-// into L2 one every 4 k-steps, so that the copy reads L2), then the block's strips.
+// k-block, 12 x 4 KiB, in one of the thread's two group buffers), then the block's strips.
+// While a group's tiles run, their loops copy the next group into the other buffer, a 64-byte
+// line every 4 k-steps, and prefetch the group after it line for line (GroupCopyCursor): a
+// memcpy of each group between its tiles cost ~3% of an m = 128 GEMM (0.3 of 10.4 ms at n =
+// 8192, k = 2048, measured by copying 11 times), and the copy in the loops took those GEMMs
+// from 386-418 to 391-429 GFLOP/s, the 1.1B model's 128-token prefill from 193-199 to 196-204
+// tokens/s (Zen 4, alternating runs).
 //
 // The copy is there for the L1 sets, not for a layout: a weight's rows are k x 2 bytes apart,
 // a multiple of 4 KiB for every Llama shape (k = 2048, 8192, ...), so the tile's 12 current
@@ -793,6 +798,57 @@ constexpr int64_t kBcastKc = 2048, kBcastMc = 128;
 // of n and k alone: a row's result does not depend on m (batch invariance, gemm.h).
 constexpr int64_t kBcastMinK = 1024, kBcastMinBBytes = int64_t{4} << 20;
 constexpr int64_t kBcastLds = kBcastKc + 32;  // the group buffer's row stride, in bf16 values
+
+// The next group's k-block, copied into the thread's other group buffer a line at a time by
+// the tile loops (one line every 4 k-steps, in load and store slots the multiply-adds leave
+// idle), while the group after it is prefetched line for line (`prefetch_offset` bytes further
+// in B; 0 when there is none: the line being copied). `rows` rows of `bytes` bytes each,
+// ld_bytes apart in B and dst_ld_bytes apart in the buffer, spread over `calls` tile calls.
+// It copies a row's whole 64-byte lines only, so nothing past its `bytes` is read; the caller
+// copies the rest (a k-block of klen % 32 != 0 values) after the last call.
+struct GroupCopyCursor {
+  const char* row = nullptr;  // the current row's first byte in B's k-block
+  char* dst = nullptr;        // the current row's first byte in the buffer
+  int64_t ld_bytes = 0, dst_ld_bytes = 0, line_bytes = 0, prefetch_offset = 0;
+  int64_t at = 0, left = 0, remaining = 0, per_call = 0;
+
+  GroupCopyCursor() = default;
+  GroupCopyCursor(const char* first_row, int64_t ld, char* first_dst, int64_t dst_ld,
+                  int64_t rows, int64_t row_bytes, int64_t calls, int64_t prefetch_off) {
+    if (rows <= 0 || calls <= 0) return;
+    row = first_row;
+    dst = first_dst;
+    ld_bytes = ld;
+    dst_ld_bytes = dst_ld;
+    line_bytes = row_bytes / 64 * 64;
+    prefetch_offset = prefetch_off;
+    remaining = rows * (line_bytes / 64);
+    per_call = (remaining + calls - 1) / calls;
+  }
+  void BeginCall() {
+    left = std::min(per_call, remaining);
+    remaining -= left;
+  }
+  CCTUNE_TARGET_AVX512BF16 CCTUNE_INLINE void Next() {
+    if (left <= 0) return;
+    _mm_prefetch(row + prefetch_offset + at, _MM_HINT_T1);
+    // The store is hidden from the compiler (a volatile asm with no memory operands, ordered
+    // before the kernel's later reads by Drain's compiler barrier): a store it could see might
+    // alias the accumulator array, and it then kept the 24 accumulators in memory, storing
+    // them on every k-step (2.5x slower).
+    __m512i t;
+    __asm__ volatile("vmovdqu64 (%1), %0\n\t"
+                     "vmovdqu64 %0, (%2)"
+                     : "=&v"(t)
+                     : "r"(row + at), "r"(dst + at));
+    if ((at += 64) == line_bytes) at = 0, row += ld_bytes, dst += dst_ld_bytes;
+    --left;
+  }
+  CCTUNE_TARGET_AVX512BF16 void Drain() {
+    while (left > 0) Next();
+    __asm__ volatile("" ::: "memory");  // the copies' stores, made known
+  }
+};
 
 // Strip of A rows [i0, i0 + mr) (mr <= 32, rows past it zero) of k-block [p0, p0 + klen) as
 // bf16 pairs: dst[s * 32 + r] = bf16(a[i0 + r][p0 + 2s]) | bf16(a[i0 + r][p0 + 2s + 1]) << 16,
@@ -835,7 +891,7 @@ CCTUNE_TARGET_AVX512BF16 void PackABcastStrip(const Args& p, int64_t i0, int mr,
 template <int ROWS, int HALVES, bool FULL>
 CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, const uint16_t* b,
                                           int64_t ldb, int nr, float* c, int64_t ldc, int mr,
-                                          int mode, float beta, PrefetchCursor* pf) {
+                                          int mode, float beta, GroupCopyCursor* pf) {
   const uint16_t* rows[ROWS];
 #pragma GCC unroll 12
   for (int j = 0; j < ROWS; ++j) rows[j] = b + (j < nr ? j : 0) * ldb;
@@ -846,7 +902,7 @@ CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, cons
     base[q] = FULL ? reinterpret_cast<const char*>(b + 3 * q * ldb) : nullptr;
   }
   const int64_t ldb_bytes = ldb * 2;
-  PrefetchCursor cursor = *pf;  // a local copy the loop keeps in registers
+  GroupCopyCursor cursor = *pf;  // a local copy the loop keeps in registers
   __m512 acc[HALVES][ROWS];
 #pragma GCC unroll 2
   for (int h = 0; h < HALVES; ++h) {
@@ -915,7 +971,7 @@ CCTUNE_TARGET_AVX512BF16 void BcastKernel(int64_t klen, const uint32_t* ap, cons
 
 template <int HALVES>
 void BcastTileHalves(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb, int nr,
-                     float* c, int64_t ldc, int mr, int mode, float beta, PrefetchCursor* pf) {
+                     float* c, int64_t ldc, int mr, int mode, float beta, GroupCopyCursor* pf) {
   if (nr == kBcastNr) {
     return BcastKernel<kBcastNr, HALVES, true>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
   }
@@ -929,7 +985,7 @@ void BcastTileHalves(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_
 }
 
 void BcastTile(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb, int nr, float* c,
-               int64_t ldc, int mr, int mode, float beta, PrefetchCursor* pf) {
+               int64_t ldc, int mr, int mode, float beta, GroupCopyCursor* pf) {
   if (mr <= 16) return BcastTileHalves<1>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
   BcastTileHalves<2>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
 }
@@ -957,34 +1013,44 @@ void RunBcastBf16(const Args& p) {
         SplitWork(strips, p.n, kBcastNr, omp_get_num_threads(), omp_get_thread_num());
     const int64_t s1 = w.s1, j0 = w.j0, j1 = w.j1;
     constexpr int64_t mc_strips = kBcastMc / kBcastMr;
+    // Two group buffers: the tiles read one while their loops copy the next group into the
+    // other.
     thread_local std::vector<uint16_t> group_storage;
-    if (group_storage.size() < static_cast<size_t>(kBcastNr * kBcastLds)) {
-      group_storage.resize(static_cast<size_t>(kBcastNr * kBcastLds));
+    if (group_storage.size() < static_cast<size_t>(2 * kBcastNr * kBcastLds)) {
+      group_storage.resize(static_cast<size_t>(2 * kBcastNr * kBcastLds));
     }
-    uint16_t* group = group_storage.data();
     for (int64_t ms = w.s0; !w.empty() && ms < s1; ms += mc_strips) {
       const int64_t me = std::min(s1, ms + mc_strips);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
         const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
-        for (int64_t j = j0; j < j1; j += kBcastNr) {
+        // The sweep's first group is copied here; each later one by the loops before it.
+        for (int r = 0; r < std::min<int64_t>(kBcastNr, j1 - j0); ++r) {
+          std::memcpy(group_storage.data() + r * kBcastLds, b + (j0 + r) * p.ldb + p0,
+                      static_cast<size_t>(klen) * sizeof(uint16_t));
+        }
+        for (int64_t j = j0, g = 0; j < j1; j += kBcastNr, ++g) {
           const int nr = static_cast<int>(std::min<int64_t>(kBcastNr, j1 - j));
-          // The next group's rows of this k-block, prefetched while this group runs.
+          uint16_t* group = group_storage.data() + (g & 1) * kBcastNr * kBcastLds;
+          uint16_t* next = group_storage.data() + ((g + 1) & 1) * kBcastNr * kBcastLds;
           const int64_t next_rows = std::min<int64_t>(kBcastNr, j1 - j - kBcastNr);
-          PrefetchCursor pf(next_rows > 0
-                                ? reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0)
-                                : nullptr,
-                            p.ldb * 2, next_rows, klen * 2, me - ms);
-          for (int r = 0; r < nr; ++r) {
-            std::memcpy(group + r * kBcastLds, b + (j + r) * p.ldb + p0,
-                        static_cast<size_t>(klen) * sizeof(uint16_t));
-          }
+          const int64_t ld_bytes = p.ldb * 2;
+          GroupCopyCursor pf(
+              next_rows > 0 ? reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0)
+                            : nullptr,
+              ld_bytes, reinterpret_cast<char*>(next), kBcastLds * 2, next_rows, klen * 2,
+              me - ms, j + 2 * kBcastNr < j1 ? kBcastNr * ld_bytes : 0);
           for (int64_t st = ms; st < me; ++st) {
             pf.BeginCall();
             const int64_t i = st * kBcastMr;
             const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - i));
             BcastTile(klen, apack + (kb * strips + st) * strip_words, group, kBcastLds, nr,
                       p.c + i * p.ldc + j, p.ldc, mr, mode, p.beta, &pf);
+          }
+          const int64_t copied = klen * 2 / 64 * 32;  // values per row the cursor copied
+          for (int64_t r = 0; r < next_rows && copied < klen; ++r) {
+            std::memcpy(next + r * kBcastLds + copied, b + (j + kBcastNr + r) * p.ldb + p0 + copied,
+                        static_cast<size_t>(klen - copied) * sizeof(uint16_t));
           }
         }
       }
