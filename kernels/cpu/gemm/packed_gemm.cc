@@ -1049,7 +1049,8 @@ void RunBcastBf16(const Args& p) {
           }
           const int64_t copied = klen * 2 / 64 * 32;  // values per row the cursor copied
           for (int64_t r = 0; r < next_rows && copied < klen; ++r) {
-            std::memcpy(next + r * kBcastLds + copied, b + (j + kBcastNr + r) * p.ldb + p0 + copied,
+            std::memcpy(next + r * kBcastLds + copied,
+                        b + (j + kBcastNr + r) * p.ldb + p0 + copied,
                         static_cast<size_t>(klen - copied) * sizeof(uint16_t));
           }
         }
