@@ -1,7 +1,7 @@
 // Attention against an fp64 reference: MHA, GQA and MQA; causal, explicit masks and both;
 // s_q < s_kv (decode and chunked prefill) and s_q > s_kv; fully masked rows; custom scale;
 // every float dtype and strided views (module layouts, cache slices); split-key decode;
-// prefill lengths (512+) at GQA ratios 1, 2, 4, 8.
+// prefill lengths (512+) at GQA ratios 1, 2, 4, 8; the bf16 dot-product route, to its bound.
 #include <omp.h>
 
 #include <cmath>
@@ -10,6 +10,8 @@
 
 #include "core/random.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/op_test_util.h"
 #include "kernels/ops.h"
 
@@ -34,13 +36,16 @@ std::string DimsName(const Dims& d) {
                       " h_d", d.hd);
 }
 
-// fp64 attention over row-major values; `mag` gets the tolerance scale of each output.
+// fp64 attention over row-major values; `mag` gets the tolerance scale of each output, and
+// `mag_bf16` (when not null) sum_j p_j·|v_j| · (1 + max_j scale·sum_e |q_e·k_je|), the scale of
+// the bf16 route's error (cpu::AttentionRoundsToBf16).
 std::vector<double> Reference(const Dims& d, const std::vector<double>& q,
                               const std::vector<double>& k, const std::vector<double>& v,
                               const std::vector<double>* mask, bool causal, double scale,
-                              std::vector<double>* mag) {
+                              std::vector<double>* mag, std::vector<double>* mag_bf16 = nullptr) {
   std::vector<double> out(d.b * d.n_h * d.s_q * d.hd, 0.0);
   mag->assign(out.size(), 0.0);
+  if (mag_bf16 != nullptr) mag_bf16->assign(out.size(), 0.0);
   const int64_t g = d.n_h / d.n_kv;
   std::vector<double> s(d.s_kv);
   std::vector<bool> allowed(d.s_kv);
@@ -50,17 +55,21 @@ std::vector<double> Reference(const Dims& d, const std::vector<double>& q,
       for (int64_t i = 0; i < d.s_q; ++i) {
         const double* qr = &q[((bi * d.n_h + h) * d.s_q + i) * d.hd];
         const int64_t pos = d.s_kv - d.s_q + i;
-        double mx = -INFINITY, smax = 0;
+        double mx = -INFINITY, smax = 0, sabs = 0;
         for (int64_t j = 0; j < d.s_kv; ++j) {
           allowed[j] = (!causal || j <= pos) &&
                        (mask == nullptr || (*mask)[(bi * d.s_q + i) * d.s_kv + j] != 0);
           const double* kr = &k[((bi * d.n_kv + kvh) * d.s_kv + j) * d.hd];
-          double dot = 0;
-          for (int64_t e = 0; e < d.hd; ++e) dot += qr[e] * kr[e];
+          double dot = 0, dot_abs = 0;
+          for (int64_t e = 0; e < d.hd; ++e) {
+            dot += qr[e] * kr[e];
+            dot_abs += std::fabs(qr[e] * kr[e]);
+          }
           s[j] = dot * scale;
           if (allowed[j]) {
             mx = std::max(mx, s[j]);
             smax = std::max(smax, std::fabs(s[j]));
+            sabs = std::max(sabs, dot_abs * std::fabs(scale));
           }
         }
         if (mx == -INFINITY) continue;  // nothing allowed: zeros
@@ -75,6 +84,10 @@ std::vector<double> Reference(const Dims& d, const std::vector<double>& q,
           for (int64_t e = 0; e < d.hd; ++e) {
             o[e] += p * vr[e];
             m[e] += p * std::fabs(vr[e]) * (1 + smax);
+            if (mag_bf16 != nullptr) {
+              (*mag_bf16)[((bi * d.n_h + h) * d.s_q + i) * d.hd + e] +=
+                  p * std::fabs(vr[e]) * (1 + sabs);
+            }
           }
         }
       }
@@ -92,19 +105,24 @@ Tensor RandomMask(int64_t b, int64_t s_q, int64_t s_kv, Generator& gen, bool one
   return ValueOrDie(Tensor::FromVector(m, {b, s_q, s_kv}, DType::kBool));
 }
 
-// Runs ops::Attention on (q, k, v) as given and checks it against the reference.
+// Runs ops::Attention on (q, k, v) as given and checks it against the reference: to f32
+// roundoff, or where cpu::AttentionRoundsToBf16 to its bound (twice the first-order bound
+// attention.h gives: 2^-7 · (1 + max_j scale·sum_e |q_e·k_je|) · sum_j p_j·|v_j|).
 void Check(const Dims& d, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
            const ops::AttentionOptions& opt, const std::string& what) {
   ASSERT_TRUE(ops::Attention(out, q, k, v, opt).ok()) << what;
   std::vector<double> mask_values;
   if (opt.mask != nullptr) mask_values = Values(*opt.mask);
   const double scale = opt.scale != 0.f ? opt.scale : 1.0 / std::sqrt(static_cast<double>(d.hd));
-  std::vector<double> mag;
+  std::vector<double> mag, mag_bf16;
   const auto want = Reference(d, Values(q), Values(k), Values(v), opt.mask ? &mask_values : nullptr,
-                              opt.causal, scale, &mag);
+                              opt.causal, scale, &mag, &mag_bf16);
   const DType ot = out.dtype();
-  for (double& m : mag) m = 2e-6 * m + SubnormalStep(ot);
-  ExpectClose(Values(out), want, mag, 2 * Roundoff(ot), what);
+  const bool bf16 = cpu::AttentionRoundsToBf16(q, k, v);
+  for (size_t i = 0; i < mag.size(); ++i) {
+    mag[i] = 2e-6 * mag[i] + SubnormalStep(ot) + (bf16 ? 0x1p-7 * mag_bf16[i] : 0.0);
+  }
+  ExpectClose(Values(out), want, mag, 2 * Roundoff(ot), what + (bf16 ? " (bf16 route)" : ""));
 }
 
 class AttentionTest : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};
@@ -242,6 +260,46 @@ TEST(AttentionPrefillTest, LongSequencesAtEveryGqaRatio) {
   const Tensor v = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kF32, gen);
   Tensor out = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
   Check(d, q, k, v, out, ops::AttentionOptions{}, absl::StrCat(DimsName(d), " plain"));
+}
+
+// The bf16 dot-product route (cpu::AttentionRoundsToBf16): taken only where documented, within
+// its bound there (Check), and really rounding (the output differs from the f32 route's);
+// ScopedExactGemm and AttentionWithLse (training) keep the f32 route.
+TEST(AttentionBf16RouteTest, RoundsOnlyWhereDocumented) {
+  Generator gen(66);
+  const Dims d{1, 8, 2, 200, 200, 64};
+  const Tensor q = Randn({d.b, d.n_h, d.s_q, d.hd}, DType::kF32, gen);
+  const Tensor k = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kBF16, gen);
+  const Tensor v = Randn({d.b, d.n_kv, d.s_kv, d.hd}, DType::kBF16, gen);
+  const Tensor k32 = ValueOrDie(k.To(DType::kF32));
+  ops::AttentionOptions opt;
+  opt.causal = true;
+  const bool route = cpu::AttentionRoundsToBf16(q, k, v);
+  EXPECT_EQ(route, cpu::gemm_internal::Bf16DotRouteEnabled());
+  EXPECT_FALSE(cpu::AttentionRoundsToBf16(q, k32, v));  // f32 K
+  EXPECT_FALSE(cpu::AttentionRoundsToBf16(ValueOrDie(q.Narrow(2, 0, 1)), k, v));  // decode
+  Tensor out = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+  Check(d, q, k, v, out, opt, "bf16 K/V prefill");
+  Tensor exact = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+  {
+    cpu::ScopedExactGemm keep_f32;
+    EXPECT_FALSE(cpu::AttentionRoundsToBf16(q, k, v));
+    Check(d, q, k, v, exact, opt, "bf16 K/V prefill, ScopedExactGemm");
+  }
+  Tensor with_lse = ValueOrDie(Tensor::Empty(q.shape(), DType::kF32));
+  Tensor lse = ValueOrDie(Tensor::Empty({d.b, d.n_h, d.s_q}, DType::kF32));
+  ASSERT_TRUE(ops::AttentionWithLse(with_lse, lse, q, k, v, opt).ok());
+  EXPECT_EQ(Values(with_lse), Values(exact));  // the same f32 route, bit for bit
+  const auto got = Values(out), want = Values(exact);
+  double max_diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+  }
+  if (route) {
+    EXPECT_GT(max_diff, 1e-4) << "the bf16 route rounds Q and P";
+  } else {
+    EXPECT_EQ(max_diff, 0.0);
+  }
 }
 
 TEST(AttentionTest, FullyMaskedRowsAreZero) {
