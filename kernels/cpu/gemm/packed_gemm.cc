@@ -8,7 +8,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -775,7 +777,11 @@ void RunPacked(const Args& p) {
 // memcpy of each group between its tiles cost ~3% of an m = 128 GEMM (0.3 of 10.4 ms at n =
 // 8192, k = 2048, measured by copying 11 times), and the copy in the loops took those GEMMs
 // from 386-418 to 391-429 GFLOP/s, the 1.1B model's 128-token prefill from 193-199 to 196-204
-// tokens/s (Zen 4, alternating runs).
+// tokens/s (Zen 4, alternating runs). Threads take the groups one by one (GroupClaims: own
+// share first, then the others' from their ends), each thread the same groups in every
+// k-block of a block of rows: the same speed on a quiet machine, and 4-6% faster (m = 128
+// GEMMs) while another process takes ~14% of one core (a nice 8 busy loop), which a static
+// split waited for.
 //
 // The copy is there for the L1 sets, not for a layout: a weight's rows are k x 2 bytes apart,
 // a multiple of 4 KiB for every Llama shape (k = 2048, 8192, ...), so the tile's 12 current
@@ -990,6 +996,56 @@ void BcastTile(int64_t klen, const uint32_t* ap, const uint16_t* b, int64_t ldb,
   BcastTileHalves<2>(klen, ap, b, ldb, nr, c, ldc, mr, mode, beta, pf);
 }
 
+// Groups of 12 rows of B shared out one at a time: a thread claims its own share (Split) front
+// to back, then the other threads' shares back to front, each group by an atomic exchange of
+// its flag, so every group runs exactly once and a thread that falls behind (a vCPU the host
+// gives less time: steal of 1-7% on our 2-vCPU machines) has its last groups taken by the
+// other; a static split waited for it at the parallel region's end (libgomp's spin was ~2% of
+// a 1.1B prefill). Which thread computes a group changes no value (batch invariance).
+class GroupClaims {
+ public:
+  GroupClaims(std::atomic<uint8_t>* flags, int64_t groups, int nt, int tid)
+      : flags_(flags), groups_(groups), nt_(nt), tid_(tid) {
+    Split(groups, nt, tid, 1, &pos_, &end_);
+  }
+  // The next group claimed, or -1 when every group is taken.
+  int64_t Next() {
+    while (pos_ < end_) {
+      const int64_t g = pos_++;
+      if (Claim(g)) return g;
+    }
+    while (victim_ < nt_) {
+      if (!victim_started_) {
+        int64_t begin = 0, end = 0;
+        Split(groups_, nt_, (tid_ + victim_) % nt_, 1, &begin, &end);
+        vbegin_ = begin;
+        vpos_ = end - 1;
+        victim_started_ = true;
+      }
+      while (vpos_ >= vbegin_) {
+        const int64_t g = vpos_--;
+        if (Claim(g)) return g;
+      }
+      ++victim_;
+      victim_started_ = false;
+    }
+    return -1;
+  }
+
+ private:
+  bool Claim(int64_t g) {
+    return flags_[g].load(std::memory_order_relaxed) == 0 &&
+           flags_[g].exchange(1, std::memory_order_relaxed) == 0;
+  }
+  std::atomic<uint8_t>* flags_;
+  int64_t groups_;
+  int nt_, tid_;
+  int64_t pos_ = 0, end_ = 0;  // this thread's share, front to back
+  int victim_ = 1;             // the other shares, tid + 1, tid + 2, ... (mod nt)
+  bool victim_started_ = false;
+  int64_t vbegin_ = 0, vpos_ = -1;
+};
+
 void RunBcastBf16(const Args& p) {
   const int64_t strips = (p.m + kBcastMr - 1) / kBcastMr;
   const int64_t kblocks = (p.k + kBcastKc - 1) / kBcastKc;
@@ -998,6 +1054,14 @@ void RunBcastBf16(const Args& p) {
   uint32_t* apack = PackedABuffer<uint32_t>(kblocks * strips * strip_words);
   const uint16_t* b = static_cast<const uint16_t*>(p.b);
   const bool parallel = p.m * p.n * p.k >= kMinParallelMacs && !omp_in_parallel();
+  // A claim flag per group of 12 rows of B and block of kBcastMc rows of A (GroupClaims).
+  const int64_t n_groups = (p.n + kBcastNr - 1) / kBcastNr;
+  const int64_t rounds = (strips + kBcastMc / kBcastMr - 1) / (kBcastMc / kBcastMr);
+  std::unique_ptr<std::atomic<uint8_t>[]> claim_flags(
+      new std::atomic<uint8_t>[static_cast<size_t>(rounds * n_groups)]);
+  for (int64_t i = 0; i < rounds * n_groups; ++i) {
+    claim_flags[i].store(0, std::memory_order_relaxed);
+  }
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
@@ -1007,11 +1071,12 @@ void RunBcastBf16(const Args& p) {
       PackABcastStrip(p, st * kBcastMr, mr, p0, std::min(kBcastKc, p.k - p0),
                       apack + t * strip_words);
     }
-    // (the loop's barrier: A is packed) Threads split n in groups of 12 rows of B, or m in
-    // strips.
-    const WorkBlock w =
-        SplitWork(strips, p.n, kBcastNr, omp_get_num_threads(), omp_get_thread_num());
-    const int64_t s1 = w.s1, j0 = w.j0, j1 = w.j1;
+    // (the loop's barrier: A is packed) Threads split n in groups of 12 rows of B (claimed
+    // one by one, GroupClaims), or m in strips.
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const WorkBlock w = SplitWork(strips, p.n, kBcastNr, nt, tid);
+    // (SplitWork's choice, the same in every thread)
+    const bool split_n = nt > 1 && (n_groups >= 2 * nt || strips < nt);
     constexpr int64_t mc_strips = kBcastMc / kBcastMr;
     // Two group buffers: the tiles read one while their loops copy the next group into the
     // other.
@@ -1019,40 +1084,76 @@ void RunBcastBf16(const Args& p) {
     if (group_storage.size() < static_cast<size_t>(2 * kBcastNr * kBcastLds)) {
       group_storage.resize(static_cast<size_t>(2 * kBcastNr * kBcastLds));
     }
-    for (int64_t ms = w.s0; !w.empty() && ms < s1; ms += mc_strips) {
-      const int64_t me = std::min(s1, ms + mc_strips);
-      for (int64_t kb = 0; kb < kblocks; ++kb) {
-        const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
-        const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
-        // The sweep's first group is copied here; each later one by the loops before it.
-        for (int r = 0; r < std::min<int64_t>(kBcastNr, j1 - j0); ++r) {
-          std::memcpy(group_storage.data() + r * kBcastLds, b + (j0 + r) * p.ldb + p0,
-                      static_cast<size_t>(klen) * sizeof(uint16_t));
+    const int64_t ld_bytes = p.ldb * 2;
+    // One k-block of strips [ms, me) against the groups next_group() gives (-1: no more), in
+    // that order. The first group is copied here, each later one by the tiles before it.
+    auto sweep = [&](int64_t ms, int64_t me, int64_t kb, auto&& next_group) {
+      const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
+      const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
+      const auto rows_of = [&](int64_t g) { return std::min<int64_t>(kBcastNr, p.n - g * kBcastNr); };
+      int64_t cur = next_group();
+      for (int64_t r = 0; cur >= 0 && r < rows_of(cur); ++r) {
+        std::memcpy(group_storage.data() + r * kBcastLds, b + (cur * kBcastNr + r) * p.ldb + p0,
+                    static_cast<size_t>(klen) * sizeof(uint16_t));
+      }
+      for (int64_t g = 0; cur >= 0; ++g) {
+        const int64_t nxt = next_group();
+        const int64_t j = cur * kBcastNr;
+        const int nr = static_cast<int>(rows_of(cur));
+        uint16_t* group = group_storage.data() + (g & 1) * kBcastNr * kBcastLds;
+        uint16_t* next = group_storage.data() + ((g + 1) & 1) * kBcastNr * kBcastLds;
+        const int64_t next_rows = nxt >= 0 ? rows_of(nxt) : 0;
+        // The group after next is likely the one beyond it in the same direction: prefetched.
+        const int64_t after = nxt + (nxt - cur);
+        const int64_t pf_offset =
+            nxt >= 0 && after >= 0 && after * kBcastNr < p.n ? (after - nxt) * kBcastNr * ld_bytes
+                                                             : 0;
+        GroupCopyCursor pf(
+            next_rows > 0 ? reinterpret_cast<const char*>(b + nxt * kBcastNr * p.ldb + p0)
+                          : nullptr,
+            ld_bytes, reinterpret_cast<char*>(next), kBcastLds * 2, next_rows, klen * 2, me - ms,
+            pf_offset);
+        for (int64_t st = ms; st < me; ++st) {
+          pf.BeginCall();
+          const int64_t i = st * kBcastMr;
+          const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - i));
+          BcastTile(klen, apack + (kb * strips + st) * strip_words, group, kBcastLds, nr,
+                    p.c + i * p.ldc + j, p.ldc, mr, mode, p.beta, &pf);
         }
-        for (int64_t j = j0, g = 0; j < j1; j += kBcastNr, ++g) {
-          const int nr = static_cast<int>(std::min<int64_t>(kBcastNr, j1 - j));
-          uint16_t* group = group_storage.data() + (g & 1) * kBcastNr * kBcastLds;
-          uint16_t* next = group_storage.data() + ((g + 1) & 1) * kBcastNr * kBcastLds;
-          const int64_t next_rows = std::min<int64_t>(kBcastNr, j1 - j - kBcastNr);
-          const int64_t ld_bytes = p.ldb * 2;
-          GroupCopyCursor pf(
-              next_rows > 0 ? reinterpret_cast<const char*>(b + (j + kBcastNr) * p.ldb + p0)
-                            : nullptr,
-              ld_bytes, reinterpret_cast<char*>(next), kBcastLds * 2, next_rows, klen * 2,
-              me - ms, j + 2 * kBcastNr < j1 ? kBcastNr * ld_bytes : 0);
-          for (int64_t st = ms; st < me; ++st) {
-            pf.BeginCall();
-            const int64_t i = st * kBcastMr;
-            const int mr = static_cast<int>(std::min<int64_t>(kBcastMr, p.m - i));
-            BcastTile(klen, apack + (kb * strips + st) * strip_words, group, kBcastLds, nr,
-                      p.c + i * p.ldc + j, p.ldc, mr, mode, p.beta, &pf);
-          }
-          const int64_t copied = klen * 2 / 64 * 32;  // values per row the cursor copied
-          for (int64_t r = 0; r < next_rows && copied < klen; ++r) {
-            std::memcpy(next + r * kBcastLds + copied,
-                        b + (j + kBcastNr + r) * p.ldb + p0 + copied,
-                        static_cast<size_t>(klen - copied) * sizeof(uint16_t));
-          }
+        const int64_t copied = klen * 2 / 64 * 32;  // values per row the cursor copied
+        for (int64_t r = 0; r < next_rows && copied < klen; ++r) {
+          std::memcpy(next + r * kBcastLds + copied, b + (nxt * kBcastNr + r) * p.ldb + p0 + copied,
+                      static_cast<size_t>(klen - copied) * sizeof(uint16_t));
+        }
+        cur = nxt;
+      }
+    };
+    if (!split_n) {
+      const int64_t groups = (w.j1 - w.j0 + kBcastNr - 1) / kBcastNr;  // all of n here
+      for (int64_t ms = w.s0; !w.empty() && ms < w.s1; ms += mc_strips) {
+        for (int64_t kb = 0; kb < kblocks; ++kb) {
+          int64_t g = 0;
+          sweep(ms, std::min(w.s1, ms + mc_strips), kb,
+                [&] { return g < groups ? g++ : int64_t{-1}; });
+        }
+      }
+    } else {
+      // Per block of kBcastMc rows: the groups this thread claims in the first k-block, in
+      // order, then the same groups for the later k-blocks (which add to the first's C).
+      thread_local std::vector<int64_t> mine;
+      for (int64_t ms = 0, round = 0; ms < strips; ms += mc_strips, ++round) {
+        GroupClaims claims(claim_flags.get() + round * n_groups, n_groups, nt, tid);
+        mine.clear();
+        for (int64_t kb = 0; kb < kblocks; ++kb) {
+          size_t at = 0;
+          sweep(ms, std::min(strips, ms + mc_strips), kb, [&]() -> int64_t {
+            if (kb == 0) {
+              const int64_t g = claims.Next();
+              if (g >= 0) mine.push_back(g);
+              return g;
+            }
+            return at < mine.size() ? mine[at++] : -1;
+          });
         }
       }
     }

@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm/packed_gemm.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -177,6 +179,44 @@ TEST_P(PackedGemmTest, Bf16InPlaceBAcrossItsBlocks) {
   CheckCase(isa, DType::kBF16, 260, 4, 1100, 1, 1.f, seed++);  // m split across threads
   CheckCase(isa, DType::kBF16, 64, 200, 1024, 2, 0.f, seed++);  // n split across threads
   CheckCase(isa, DType::kBF16, 40, 8200, 257, 1, 0.f, seed++);  // k < 1024, B >= 4 MiB
+}
+
+// The in-place route's groups of B are claimed one by one (each thread its share, then the
+// others' from their ends): with 1 to 5 threads (more than the cores, so that threads fall
+// behind and their groups are taken) every C element is bit-identical to one thread's, so each
+// group ran exactly once (a group run twice adds its later k-blocks twice; one not run leaves
+// C's initial values). Shapes: two blocks of 128 rows x 3 k-blocks; fewer groups than threads.
+TEST_P(PackedGemmTest, Bf16InPlaceGroupsRunOnceOnAnyThreadCount) {
+  const PackedIsa isa = PathOf(GetParam());
+  if (isa != PackedIsa::kAvx512Bf16) GTEST_SKIP() << "the avx512_bf16 path only";
+  const int saved = omp_get_max_threads();
+  uint64_t seed = 300;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{129, 300, 4100}, {64, 25, 8192},
+                         {200, 1000, 2048}}) {
+    Generator gen(seed++);
+    Operand a(m, k, k, DType::kF32, &gen), b(n, k, k, DType::kBF16, &gen);
+    const Operand c0(m, n, n, DType::kF32, &gen);
+    std::vector<float> want;
+    for (int threads : {1, 2, 3, 5}) {
+      omp_set_num_threads(threads);
+      for (int rep = 0; rep < 3; ++rep) {
+        Operand c = c0;
+        PackedGemmNT(isa, m, n, k, a.f32(), a.ld, b.buf.data(), DType::kBF16, b.ld, c.f32(),
+                     c.ld, 1.f);
+        const float* got = c.f32();
+        if (want.empty()) {
+          want.assign(got, got + m * n);
+          continue;
+        }
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m * n; ++i) differ += got[i] != want[i];
+        EXPECT_EQ(differ, 0) << "m=" << m << " n=" << n << " k=" << k << " threads=" << threads;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  // And against fp64 with several threads (CheckCase's bound).
+  CheckCase(isa, DType::kBF16, 129, 300, 4100, 0, 1.f, seed++);
 }
 
 TEST_P(PackedGemmTest, ZeroKScalesC) {
