@@ -1090,7 +1090,9 @@ void RunBcastBf16(const Args& p) {
     auto sweep = [&](int64_t ms, int64_t me, int64_t kb, auto&& next_group) {
       const int64_t p0 = kb * kBcastKc, klen = std::min(kBcastKc, p.k - p0);
       const int mode = kb > 0 ? 2 : p.beta == 0.f ? 0 : 1;
-      const auto rows_of = [&](int64_t g) { return std::min<int64_t>(kBcastNr, p.n - g * kBcastNr); };
+      const auto rows_of = [&](int64_t g) {
+        return std::min<int64_t>(kBcastNr, p.n - g * kBcastNr);
+      };
       int64_t cur = next_group();
       for (int64_t r = 0; cur >= 0 && r < rows_of(cur); ++r) {
         std::memcpy(group_storage.data() + r * kBcastLds, b + (cur * kBcastNr + r) * p.ldb + p0,
