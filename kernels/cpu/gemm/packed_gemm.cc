@@ -1057,8 +1057,14 @@ void RunBcastBf16(const Args& p) {
   // A claim flag per group of 12 rows of B and block of kBcastMc rows of A (GroupClaims).
   const int64_t n_groups = (p.n + kBcastNr - 1) / kBcastNr;
   const int64_t rounds = (strips + kBcastMc / kBcastMr - 1) / (kBcastMc / kBcastMr);
-  std::unique_ptr<std::atomic<uint8_t>[]> claim_flags(
-      new std::atomic<uint8_t>[static_cast<size_t>(rounds * n_groups)]);
+  // (the calling thread's, kept from call to call as PackedABuffer's: no allocation per call)
+  thread_local std::unique_ptr<std::atomic<uint8_t>[]> claim_storage;
+  thread_local int64_t claim_capacity = 0;
+  if (claim_capacity < rounds * n_groups) {
+    claim_capacity = rounds * n_groups;
+    claim_storage.reset(new std::atomic<uint8_t>[static_cast<size_t>(claim_capacity)]);
+  }
+  std::atomic<uint8_t>* claim_flags = claim_storage.get();
   for (int64_t i = 0; i < rounds * n_groups; ++i) {
     claim_flags[i].store(0, std::memory_order_relaxed);
   }
@@ -1144,7 +1150,7 @@ void RunBcastBf16(const Args& p) {
       // order, then the same groups for the later k-blocks (which add to the first's C).
       thread_local std::vector<int64_t> mine;
       for (int64_t ms = 0, round = 0; ms < strips; ms += mc_strips, ++round) {
-        GroupClaims claims(claim_flags.get() + round * n_groups, n_groups, nt, tid);
+        GroupClaims claims(claim_flags + round * n_groups, n_groups, nt, tid);
         mine.clear();
         for (int64_t kb = 0; kb < kblocks; ++kb) {
           size_t at = 0;
